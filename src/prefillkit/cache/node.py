@@ -1,0 +1,54 @@
+"""A radix-tree node: a maximal run of key units with one residency state."""
+
+from __future__ import annotations
+
+
+class Node:
+    """A run of ``len(keys)`` key units starting at unit ``start`` of every path through it.
+
+    NOTE: residency is per node: all of a node's pages are on device or none are.
+    NOTE: ``lock_ref`` of a node is >= the ``lock_ref`` of each child (locks walk to root).
+    """
+
+    __slots__ = (
+        "children",
+        "hit_count",
+        "host_lock_ref",
+        "keys",
+        "lane_pages",
+        "lock_ref",
+        "n_pages",
+        "on_device",
+        "on_host",
+        "parent",
+        "start",
+    )
+
+    def __init__(
+        self,
+        keys: list[int],
+        start: int,
+        parent: Node | None,
+        n_pages: int,
+        lane_pages: list[int],
+    ) -> None:
+        self.keys = keys
+        self.start = start
+        self.parent = parent
+        self.children: dict[int, Node] = {}
+        self.n_pages = n_pages
+        self.lane_pages = lane_pages
+        self.lock_ref = 0
+        self.host_lock_ref = 0
+        self.on_device = True
+        self.on_host = False
+        self.hit_count = 0
+
+    @property
+    def end(self) -> int:
+        """Unit index one past this node's last key."""
+        return self.start + len(self.keys)
+
+    def __repr__(self) -> str:
+        where = ("D" if self.on_device else "") + ("H" if self.on_host else "")
+        return f"Node([{self.start},{self.end}) {where} lock={self.lock_ref})"

@@ -1,0 +1,429 @@
+"""The prefix cache: a radix tree over key chains with a device tier (L1) and an
+optional host tier (L2).
+
+Design (see README "Cache design"):
+- Nodes are maximal runs of key units (path-compressed). ``index`` maps every key to the
+  node holding it, so a match is a binary search over the request's key chain with dict
+  lookups: O(log n) lookups, no per-pass hashing, no tree walk. This works because the
+  set of cached keys is prefix-closed (a node is never dropped before its children).
+- Device LRU: ``lru`` is an OrderedDict of the unlocked device-resident nodes, ordered so
+  that every node comes after its device-resident descendants (locks and touches walk
+  leaf to root). The front is therefore always an evictable leaf: eviction is O(1)
+  per node, with no scan or heap of all leaves.
+- Locks walk from a node to the root. ``evictable`` / ``protected`` page counts (and the
+  per-lane evictable counts) change exactly when a node's ``lock_ref`` crosses 0.
+- A match never mutates anything (no LRU refresh, no split). Admission locks (and may
+  split) the matched node; unlocking re-appends nodes at the MRU end, which is the LRU
+  refresh. So a request that merely waits does not perturb LRU order.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from prefillkit.cache.host import HostTier
+from prefillkit.cache.node import Node
+from prefillkit.cache.pool import KVPool, lane_split
+
+
+@dataclass(slots=True)
+class MatchResult:
+    """Longest cached prefix of a key chain.
+
+    ``node`` is the node holding the last matched unit (root when nothing matched);
+    ``device_node`` is the deepest fully device-resident node on the path.
+    """
+
+    node: Node
+    units: int
+    device_node: Node
+    device_units: int
+
+    @property
+    def host_units(self) -> int:
+        return self.units - self.device_units
+
+
+@dataclass(slots=True)
+class LoadBack:
+    """A completed host -> device load of the path ``(boundary, deepest]``.
+
+    The loaded nodes stay host-locked until ``finish_load_back``. Splits of loaded nodes
+    keep both halves between ``boundary`` and ``deepest``, so the walk stays exact.
+    """
+
+    deepest: Node
+    boundary: Node
+    pages: int
+    tokens: int
+
+
+class PrefixCache:
+    def __init__(self, pool: KVPool, key_tokens: int, host: HostTier | None = None) -> None:
+        if key_tokens <= 0 or key_tokens % pool.page_size:
+            raise ValueError(
+                f"key unit ({key_tokens} tokens) must be a positive multiple of "
+                f"page_size ({pool.page_size})"
+            )
+        self.pool = pool
+        self.page_size = pool.page_size
+        self.key_tokens = key_tokens
+        self.unit_pages = key_tokens // pool.page_size
+        self.cp_size = pool.cp_size
+        self.host = host
+        self.root = Node([], 0, None, 0, [0] * pool.cp_size)
+        self.root.lock_ref = 1  # NOTE: the root is never evicted and holds no pages
+        self.index: dict[int, Node] = {}
+        self.lru: OrderedDict[Node, None] = OrderedDict()
+        self.evictable_pages = 0
+        self.protected_pages = 0
+        self.evictable_lanes = [0] * pool.cp_size
+        self.device_evicted_pages = 0  # cumulative
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def evictable_size(self) -> int:
+        """Tokens in unlocked device pages (upstream ``evictable_size()``)."""
+        return self.evictable_pages * self.page_size
+
+    @property
+    def protected_size(self) -> int:
+        return self.protected_pages * self.page_size
+
+    @property
+    def cached_pages(self) -> int:
+        return self.evictable_pages + self.protected_pages
+
+    # ------------------------------------------------------------------ match
+    def match(self, keys: list[int], max_units: int) -> MatchResult:
+        """Longest cached prefix of ``keys[:max_units]`` (device + host). Never mutates."""
+        index = self.index
+        root = self.root
+        if max_units <= 0 or keys[0] not in index:
+            return MatchResult(root, 0, root, 0)
+        if keys[max_units - 1] in index:
+            c = max_units
+        else:
+            lo, hi = 1, max_units - 1  # keys[lo-1] in index, keys[hi] not
+            while lo < hi:
+                mid = (lo + hi + 1) >> 1
+                if keys[mid - 1] in index:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            c = lo
+        node = index[keys[c - 1]]
+        if node.on_device:
+            return MatchResult(node, c, node, c)
+        dev = node.parent
+        while not dev.on_device:  # type: ignore[union-attr]
+            dev = dev.parent  # type: ignore[union-attr]
+        return MatchResult(node, c, dev, dev.end)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ locks
+    def lock(self, node: Node, units: int) -> Node:
+        """Lock the device path ending at unit ``units`` inside ``node``; return its node.
+
+        ``node`` must be device resident. Splits ``node`` when ``units`` ends inside it.
+        """
+        if units == 0:
+            return self.root
+        if units < node.end:
+            node = self._split(node, units)
+        self._inc_lock(node)
+        return node
+
+    def unlock(self, node: Node) -> None:
+        if node is not self.root:
+            self._dec_lock(node)
+
+    def _inc_lock(self, node: Node) -> None:
+        root = self.root
+        lru = self.lru
+        ev = self.evictable_lanes
+        while node is not root:
+            if node.lock_ref == 0:
+                del lru[node]
+                self.evictable_pages -= node.n_pages
+                self.protected_pages += node.n_pages
+                for i, n in enumerate(node.lane_pages):
+                    ev[i] -= n
+            node.lock_ref += 1
+            node = node.parent  # type: ignore[assignment]
+
+    def _dec_lock(self, node: Node) -> None:
+        root = self.root
+        lru = self.lru
+        ev = self.evictable_lanes
+        while node is not root:
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                lru[node] = None
+                self.evictable_pages += node.n_pages
+                self.protected_pages -= node.n_pages
+                for i, n in enumerate(node.lane_pages):
+                    ev[i] += n
+            node = node.parent  # type: ignore[assignment]
+
+    def record_hit(self, node: Node) -> None:
+        """Count an admitted hit on the path to ``node`` (selective write-through)."""
+        host = self.host
+        selective = host is not None and host.write_policy == "write_through_selective"
+        while node is not self.root:
+            node.hit_count += 1
+            if selective and not node.on_host and node.hit_count >= host.write_through_threshold:  # type: ignore[union-attr]
+                self._backup(node)
+            node = node.parent  # type: ignore[assignment]
+
+    # ------------------------------------------------------------------ structure
+    def _split(self, node: Node, units: int) -> Node:
+        """Split ``node`` so that a new parent ends at unit ``units``; return the parent."""
+        j = units - node.start
+        u = self.unit_pages
+        p_pages = j * u
+        p = Node(
+            node.keys[:j],
+            node.start,
+            node.parent,
+            p_pages,
+            lane_split(node.start * u, p_pages, self.cp_size),
+        )
+        p.lock_ref = node.lock_ref
+        p.host_lock_ref = node.host_lock_ref
+        p.on_device = node.on_device
+        p.on_host = node.on_host
+        p.hit_count = node.hit_count
+        node.keys = node.keys[j:]
+        node.start = units
+        node.n_pages -= p_pages
+        node.lane_pages = [a - b for a, b in zip(node.lane_pages, p.lane_pages, strict=True)]
+        parent = node.parent
+        parent.children[p.keys[0]] = p  # type: ignore[union-attr]
+        p.children[node.keys[0]] = node
+        node.parent = p
+        index = self.index
+        for key in p.keys:
+            index[key] = p
+        # NOTE: P goes after its child in any LRU, keeping children-before-parents.
+        if node in self.lru:
+            self.lru[p] = None
+        if self.host is not None and node in self.host.lru:
+            self.host.lru[p] = None
+        return p
+
+    def insert(self, locked: Node, keys: list[int], from_units: int, to_units: int) -> Node:
+        """Cache units ``[from_units, to_units)`` of ``keys`` computed by a request.
+
+        The request holds a lock on ``locked`` (ending at ``from_units``) and owns the
+        pages of those units. Pages of units that are already device-resident are
+        freed (duplicates); host-only nodes on the path are revived with the request's
+        pages; the rest become new nodes. The lock moves to the new deepest node, which
+        is returned.
+        """
+        if locked.end != from_units:
+            raise ValueError(f"insert from unit {from_units} but lock ends at {locked.end}")
+        pool = self.pool
+        u = self.unit_pages
+        node = locked
+        d = from_units
+        while d < to_units:
+            child = node.children.get(keys[d])
+            if child is None:
+                n_pages = (to_units - d) * u
+                new = Node(
+                    keys[d:to_units], d, node, n_pages, lane_split(d * u, n_pages, self.cp_size)
+                )
+                pool.owned_to_cached(new.lane_pages)
+                node.children[keys[d]] = new
+                index = self.index
+                for key in new.keys:
+                    index[key] = new
+                self._add_evictable(new)
+                if self.host is not None and self.host.write_policy == "write_through":
+                    self._backup(new)
+                node = new
+                break
+            limit = min(len(child.keys), to_units - d)
+            j = 1
+            ckeys = child.keys
+            while j < limit and ckeys[j] == keys[d + j]:
+                j += 1
+            if j < len(ckeys):
+                child = self._split(child, d + j)
+            if child.on_device:
+                pool.release_owned(child.lane_pages)  # computed twice: drop our copy
+            else:
+                pool.owned_to_cached(child.lane_pages)  # revive a host-only node
+                child.on_device = True
+                if self.host is not None:
+                    self.host.lru.pop(child, None)
+                self._add_evictable(child)
+            node = child
+            d = child.end
+        if node is not locked:
+            self._inc_lock(node)
+            self.unlock(locked)
+        return node
+
+    def _add_evictable(self, node: Node) -> None:
+        """A node just became device resident and unlocked."""
+        self.lru[node] = None
+        self.evictable_pages += node.n_pages
+        ev = self.evictable_lanes
+        for i, n in enumerate(node.lane_pages):
+            ev[i] += n
+
+    # ------------------------------------------------------------------ eviction
+    def can_make_room(self, lanes: list[int]) -> bool:
+        """Whether free + evictable pages cover ``lanes`` in every owner lane."""
+        free = self.pool.free
+        ev = self.evictable_lanes
+        return all(free[i] + ev[i] >= n for i, n in enumerate(lanes))
+
+    def evict_for(self, lanes: list[int]) -> bool:
+        """Evict LRU device nodes until every lane has ``lanes[i]`` free pages."""
+        free = self.pool.free
+        lru = self.lru
+        rng = range(len(lanes))
+        while any(free[i] < lanes[i] for i in rng):
+            if not lru:
+                return False
+            node, _ = lru.popitem(last=False)
+            self._evict_device(node)
+        return True
+
+    def evict_tokens(self, num_tokens: int) -> int:
+        """Evict at least ``num_tokens`` tokens of unlocked device pages; return pages freed."""
+        freed = 0
+        need = -(-num_tokens // self.page_size)
+        while freed < need and self.lru:
+            node, _ = self.lru.popitem(last=False)
+            freed += node.n_pages
+            self._evict_device(node)
+        return freed
+
+    def alloc_pages(self, start_page: int, n_pages: int) -> list[int] | None:
+        """Allocate request-owned pages ``[start_page, +n_pages)``, evicting as needed.
+
+        Returns the per-lane counts allocated, or None (and no change) if impossible.
+        """
+        lanes = lane_split(start_page, n_pages, self.cp_size)
+        if not self.pool.has_free(lanes):
+            if not self.can_make_room(lanes):
+                return None
+            self.evict_for(lanes)
+        self.pool.alloc_owned(lanes)
+        return lanes
+
+    def _evict_device(self, node: Node) -> None:
+        """``node`` was popped from the LRU: free its device pages."""
+        self.pool.release_cached(node.lane_pages)
+        self.evictable_pages -= node.n_pages
+        ev = self.evictable_lanes
+        for i, n in enumerate(node.lane_pages):
+            ev[i] -= n
+        node.on_device = False
+        self.device_evicted_pages += node.n_pages
+        host = self.host
+        if host is not None and (
+            node.on_host or (host.write_policy == "write_back" and self._backup(node))
+        ):
+            if node.host_lock_ref == 0:
+                host.lru[node] = None
+            return
+        self._remove_subtree(node)
+
+    def _remove_subtree(self, node: Node) -> None:
+        """Drop a node that is on no device (and its host-only descendants) from the tree."""
+        stack = [node]
+        host = self.host
+        index = self.index
+        while stack:
+            n = stack.pop()
+            stack.extend(n.children.values())
+            for key in n.keys:
+                del index[key]
+            if n.on_host and host is not None:
+                host.used_pages -= n.n_pages
+                host.evicted_pages += n.n_pages
+                host.lru.pop(n, None)
+                n.on_host = False
+        parent = node.parent
+        del parent.children[node.keys[0]]  # type: ignore[union-attr]
+        node.parent = None
+
+    # ------------------------------------------------------------------ host tier
+    def _host_make_room(self, n_pages: int) -> bool:
+        host = self.host
+        assert host is not None
+        if n_pages > host.capacity_pages:
+            return False
+        while host.capacity_pages - host.used_pages < n_pages:
+            if not host.lru:
+                return False
+            victim, _ = host.lru.popitem(last=False)
+            self._remove_subtree(victim)
+        return True
+
+    def _backup(self, node: Node) -> bool:
+        """Write a device node to host (if there is or can be made room)."""
+        host = self.host
+        if host is None:
+            return False
+        if node.on_host:
+            return True
+        if not self._host_make_room(node.n_pages):
+            return False
+        node.on_host = True
+        host.used_pages += node.n_pages
+        host.backed_up_pages += node.n_pages
+        return True
+
+    def load_back(self, device_node: Node, host_node: Node, units: int) -> LoadBack | None:
+        """Load the host-only path below ``device_node`` through unit ``units`` to device.
+
+        The caller holds a lock on ``device_node``. All or nothing: on success the
+        loaded nodes are device resident, host-locked until :meth:`finish_load_back`,
+        and the caller's lock has moved to ``LoadBack.deepest``; on failure nothing
+        changed (apart from a possible split) and None is returned.
+        """
+        if units < host_node.end:
+            host_node = self._split(host_node, units)
+        path: list[Node] = []
+        lanes = [0] * self.cp_size
+        n = host_node
+        while n is not device_node:
+            path.append(n)
+            for i, c in enumerate(n.lane_pages):
+                lanes[i] += c
+            n = n.parent  # type: ignore[assignment]
+        if not self.can_make_room(lanes):
+            return None
+        host = self.host
+        assert host is not None
+        for n in path:  # NOTE: host-lock first so host eviction cannot take the path
+            n.host_lock_ref += 1
+            host.lru.pop(n, None)
+        if not self.evict_for(lanes):  # pragma: no cover - guarded by can_make_room
+            raise AssertionError("eviction fell short of can_make_room")
+        self.pool.alloc_cached(lanes)
+        pages = 0
+        for n in path:
+            n.on_device = True
+            self._add_evictable(n)
+            pages += n.n_pages
+        self._inc_lock(host_node)
+        self.unlock(device_node)
+        return LoadBack(host_node, device_node, pages, pages * self.page_size)
+
+    def finish_load_back(self, lb: LoadBack) -> None:
+        """The transfer completed: release the host locks taken by :meth:`load_back`."""
+        host = self.host
+        assert host is not None
+        n = lb.deepest
+        while n is not lb.boundary and n is not None:
+            n.host_lock_ref -= 1
+            if n.host_lock_ref == 0 and n.on_host and not n.on_device:
+                host.lru[n] = None
+            n = n.parent  # type: ignore[assignment]

@@ -1,0 +1,192 @@
+"""A request and its prompt key chain.
+
+The prompt is summarised once, on arrival, as a chain of *cache keys*: one key per
+*key unit* of ``key_tokens`` tokens (a multiple of ``page_size``). Equal key at
+position ``i`` means equal prompt prefix through unit ``i``, so the prefix cache can
+match with dict lookups and never re-hashes on an admission pass.
+
+- From token ids: ``key_tokens == page_size`` and key ``i`` is xxh3-64 of unit ``i``'s
+  token bytes seeded with key ``i - 1`` (a chained hash).
+- From a trace's block hash ids (Mooncake: 512-token blocks, Bailian: 16-token blocks):
+  ``key_tokens = lcm(page_size, block_size)`` and key ``i`` is the id of the last block
+  inside unit ``i``. Trace ids are chain-consistent (id equality means whole-prefix
+  equality), so the last block's id identifies the whole unit prefix.
+
+NOTE: only *complete* units get a key. A partial last page or block is never shared.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
+
+import xxhash
+
+if TYPE_CHECKING:
+    from prefillkit.cache.node import Node
+
+
+class ReqStatus(Enum):
+    WAITING = "waiting"
+    PREFILLING = "prefilling"  # admitted, forward in flight (or mid-chunk)
+    TRANSFERRING = "transferring"  # pd-prefill: KV being sent to decode
+    DECODING = "decoding"  # colocated: in the decode batch
+    FINISHED = "finished"
+    REJECTED = "rejected"  # can never fit; recorded with a reason
+
+
+def token_key_chain(tokens: Sequence[int], page_size: int) -> list[int]:
+    """Chained xxh3-64 keys, one per complete page of ``tokens``."""
+    n_units = len(tokens) // page_size
+    if n_units == 0:
+        return []
+    raw = array("I", tokens[: n_units * page_size]).tobytes()
+    step = page_size * 4
+    keys: list[int] = []
+    prev = 0
+    h = xxhash.xxh3_64_intdigest
+    for off in range(0, n_units * step, step):
+        prev = h(raw[off : off + step], prev)
+        keys.append(prev)
+    return keys
+
+
+def block_key_chain(
+    hash_ids: Sequence[int], input_len: int, block_size: int, key_tokens: int
+) -> list[int]:
+    """Keys for units of ``key_tokens`` tokens from per-block chain-consistent ids.
+
+    ``key_tokens`` must be a multiple of ``block_size``. Unit ``i`` gets the id of its
+    last block; only units whose tokens are all inside ``input_len`` get a key.
+    """
+    per = key_tokens // block_size
+    n_units = min(input_len // key_tokens, len(hash_ids) // per)
+    return [int(hash_ids[(i + 1) * per - 1]) for i in range(n_units)]
+
+
+def key_tokens_for_blocks(page_size: int, block_size: int) -> int:
+    """Key-unit size for a block-hashed trace: the smallest multiple of both sizes."""
+    return math.lcm(page_size, block_size)
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One prefill request plus its per-pass admission state.
+
+    Lengths are in tokens unless the name says pages or units.
+    """
+
+    rid: str
+    arrival_time: float
+    input_len: int
+    max_new_tokens: int
+    keys: list[int]
+    key_tokens: int
+    priority: int = 0
+    ignore_eos: bool = False
+
+    # ---- admission state (owned by the scheduler) ----
+    status: ReqStatus = ReqStatus.WAITING
+    # Tokens already computed or cached for this request: its *true prefix*.
+    computed_tokens: int = 0
+    # Result of the last in-scan match.
+    device_prefix_len: int = 0
+    host_hit_len: int = 0
+    # prefix_len after load-back planning (device prefix + loaded host tokens).
+    prefix_len: int = 0
+    loaded_tokens: int = 0
+    extend_input_len: int = 0
+    # Node whose root path this request holds a device lock on (None: no lock).
+    locked_node: Node | None = None
+    # Pages [owned_start_page, owned_end_page) are allocated to the request and not
+    # (yet) in the cache. NOTE: owned_start_page is always key-unit aligned.
+    owned_start_page: int = 0
+    owned_end_page: int = 0
+    # Output tokens produced so far (colocated decode).
+    output_len: int = 0
+    head_defers: int = 0  # passes this request was the deferred head (affinity)
+
+    # ---- metrics ----
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    num_chunks: int = 0
+    device_hit_tokens: int = 0
+    host_hit_tokens: int = 0
+    reject_reason: str | None = None
+    preemptions: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def from_tokens(
+        cls,
+        rid: str,
+        tokens: Sequence[int],
+        *,
+        page_size: int,
+        arrival_time: float = 0.0,
+        max_new_tokens: int = 128,
+        priority: int = 0,
+    ) -> Request:
+        """Build a request from token ids: one chained key per complete page."""
+        return cls(
+            rid=rid,
+            arrival_time=arrival_time,
+            input_len=len(tokens),
+            max_new_tokens=max_new_tokens,
+            keys=token_key_chain(tokens, page_size),
+            key_tokens=page_size,
+            priority=priority,
+        )
+
+    @classmethod
+    def from_block_hashes(
+        cls,
+        rid: str,
+        hash_ids: Sequence[int],
+        *,
+        input_len: int,
+        block_size: int,
+        page_size: int,
+        arrival_time: float = 0.0,
+        max_new_tokens: int = 128,
+        priority: int = 0,
+    ) -> Request:
+        """Build a request from a trace's chain-consistent per-block hash ids."""
+        key_tokens = key_tokens_for_blocks(page_size, block_size)
+        return cls(
+            rid=rid,
+            arrival_time=arrival_time,
+            input_len=input_len,
+            max_new_tokens=max_new_tokens,
+            keys=block_key_chain(hash_ids, input_len, block_size, key_tokens),
+            key_tokens=key_tokens,
+            priority=priority,
+        )
+
+    @property
+    def max_match_units(self) -> int:
+        """Units a match may cover: at least one prompt token is always computed."""
+        return min(len(self.keys), (self.input_len - 1) // self.key_tokens)
+
+    @property
+    def remaining_tokens(self) -> int:
+        """Prompt tokens not yet computed."""
+        return self.input_len - self.computed_tokens
+
+    def reset_for_requeue(self) -> None:
+        """Forget admission state (after preemption or retraction)."""
+        self.status = ReqStatus.WAITING
+        self.computed_tokens = 0
+        self.device_prefix_len = 0
+        self.host_hit_len = 0
+        self.prefix_len = 0
+        self.loaded_tokens = 0
+        self.extend_input_len = 0
+        self.output_len = 0
+        self.owned_start_page = 0
+        self.owned_end_page = 0

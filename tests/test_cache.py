@@ -1,0 +1,331 @@
+"""Unit and property tests for the pool, the two-tier prefix cache and its invariants."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prefillkit.cache import (
+    HostTier,
+    KVPool,
+    PrefixCache,
+    check_invariants,
+    lane_split,
+)
+from prefillkit.request import Request, block_key_chain, token_key_chain
+
+
+def make_cache(
+    total_pages: int = 64,
+    page_size: int = 4,
+    cp: int = 1,
+    host_pages: int | None = None,
+    policy: str = "write_through",
+    unit_pages: int = 1,
+) -> PrefixCache:
+    host = HostTier(host_pages, policy) if host_pages is not None else None
+    return PrefixCache(KVPool(total_pages, page_size, cp), page_size * unit_pages, host)
+
+
+def compute_and_insert(cache: PrefixCache, keys: list[int]) -> None:
+    """Run one request's prefill through the cache: match, lock, alloc, insert, unlock."""
+    m = cache.match(keys, len(keys))
+    node = cache.lock(m.device_node, m.device_units)
+    start = m.device_units * cache.unit_pages
+    n_pages = (len(keys) - m.device_units) * cache.unit_pages
+    assert cache.alloc_pages(start, n_pages) is not None
+    node = cache.insert(node, keys, m.device_units, len(keys))
+    cache.unlock(node)
+    check_invariants(cache, [])
+
+
+def chain(*parts: int) -> list[int]:
+    return [hash(("k", *parts[: i + 1])) for i in range(len(parts))]
+
+
+# ---------------------------------------------------------------- pool
+def test_lane_split_round_robin() -> None:
+    assert lane_split(0, 10, 4) == [3, 3, 2, 2]
+    assert lane_split(3, 5, 4) == [1, 1, 1, 2]
+    assert lane_split(5, 0, 4) == [0, 0, 0, 0]
+    assert sum(lane_split(7, 123, 8)) == 123
+
+
+def test_pool_alloc_fails_cleanly_when_a_lane_is_short() -> None:
+    pool = KVPool(8, 64, 4)
+    assert pool.alloc_owned([2, 0, 0, 0])
+    assert not pool.alloc_owned([1, 0, 0, 0])
+    assert pool.free == [0, 2, 2, 2]
+    pool.release_owned([2, 0, 0, 0])
+    assert pool.free == pool.capacity
+
+
+def test_pool_refuses_fewer_pages_than_lanes() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="one page per owner lane"):
+        KVPool(3, 64, 4)
+
+
+# ---------------------------------------------------------------- match / insert
+def test_token_chain_equal_prefix_equal_keys() -> None:
+    a = token_key_chain(list(range(20)), 4)
+    b = token_key_chain([*range(12), 99, 98, 97, 96, 1, 2, 3, 4], 4)
+    assert len(a) == 5
+    assert a[:3] == b[:3] and a[3] != b[3] and a[4] != b[4]
+    assert token_key_chain([1, 2, 3], 4) == []  # a partial page is never keyed
+
+
+def test_block_chain_drops_partial_last_block() -> None:
+    assert block_key_chain([7, 8, 9], 1100, 512, 512) == [7, 8]
+    assert block_key_chain([1, 2, 3, 4, 5, 6, 7, 8], 128, 16, 64) == [4, 8]
+
+
+def test_match_empty_and_full() -> None:
+    cache = make_cache()
+    keys = chain(1, 2, 3, 4)
+    assert cache.match(keys, 4).units == 0
+    compute_and_insert(cache, keys)
+    m = cache.match(keys, 4)
+    assert (m.units, m.device_units) == (4, 4)
+    assert cache.match(chain(1, 2, 9), 3).units == 2
+    assert cache.match(chain(5), 1).units == 0
+
+
+def test_match_respects_max_units_and_does_not_mutate() -> None:
+    cache = make_cache()
+    keys = chain(1, 2, 3, 4)
+    compute_and_insert(cache, keys)
+    order = list(cache.lru)
+    m = cache.match(keys, 2)
+    assert m.units == 2
+    assert list(cache.lru) == order and len(cache.index) == 4  # no split, no LRU refresh
+
+
+def test_request_max_match_leaves_one_token() -> None:
+    req = Request.from_tokens("r", list(range(16)), page_size=4)
+    assert len(req.keys) == 4 and req.max_match_units == 3
+    req2 = Request.from_tokens("r", list(range(17)), page_size=4)
+    assert req2.max_match_units == 4
+
+
+def test_lock_moves_pages_from_evictable_to_protected() -> None:
+    cache = make_cache()
+    compute_and_insert(cache, chain(1, 2, 3, 4))
+    assert (cache.evictable_pages, cache.protected_pages) == (4, 0)
+    m = cache.match(chain(1, 2, 3, 7), 4)
+    node = cache.lock(m.device_node, m.device_units)
+    check_invariants(cache, [])
+    assert (cache.evictable_pages, cache.protected_pages) == (1, 3)
+    assert cache.evictable_size == 1 * 4
+    cache.unlock(node)
+    check_invariants(cache, [])
+    assert (cache.evictable_pages, cache.protected_pages) == (4, 0)
+
+
+def test_eviction_is_lru_and_children_first() -> None:
+    cache = make_cache(total_pages=6)
+    compute_and_insert(cache, chain(1, 2, 3))  # A path
+    compute_and_insert(cache, chain(1, 2, 5))  # shares 2 units, adds 1
+    assert cache.pool.free_pages == 2
+    # Need 3 pages: evicts the least recently used leaf (unit 3 of the first path) first.
+    assert cache.alloc_pages(0, 3) is not None
+    check_invariants(cache, [(0, 3)])
+    assert cache.match(chain(1, 2, 3), 3).units == 2
+    assert cache.match(chain(1, 2, 5), 3).units == 3
+
+
+def test_locked_nodes_are_never_evicted() -> None:
+    cache = make_cache(total_pages=4)
+    compute_and_insert(cache, chain(1, 2, 3, 4))
+    m = cache.match(chain(1, 2, 3, 4), 4)
+    node = cache.lock(m.device_node, 4)
+    assert cache.alloc_pages(0, 1) is None  # everything is pinned
+    check_invariants(cache, [])
+    cache.unlock(node)
+    assert cache.alloc_pages(0, 1) is not None
+
+
+def test_insert_duplicate_frees_request_pages() -> None:
+    cache = make_cache()
+    keys = chain(1, 2, 3)
+    compute_and_insert(cache, keys)
+    # A second request computed the same units without using the cache.
+    lanes = cache.alloc_pages(0, 3)
+    assert lanes is not None
+    node = cache.insert(cache.root, keys, 0, 3)
+    check_invariants(cache, [])
+    assert cache.pool.owned == [0] and cache.cached_pages == 3
+    cache.unlock(node)
+
+
+def test_owner_lanes_with_cp() -> None:
+    cache = make_cache(total_pages=16, cp=4, unit_pages=2)
+    keys = chain(1, 2, 3)  # 3 units x 2 pages = pages 0..5
+    compute_and_insert(cache, keys)
+    assert cache.pool.cached == [2, 2, 1, 1]
+    check_invariants(cache, [])
+
+
+# ---------------------------------------------------------------- host tier
+def test_write_through_backs_up_and_device_eviction_keeps_host_copy() -> None:
+    cache = make_cache(total_pages=4, host_pages=16)
+    compute_and_insert(cache, chain(1, 2, 3, 4))
+    assert cache.host is not None and cache.host.used_pages == 4
+    assert cache.evict_tokens(16) == 4
+    check_invariants(cache, [])
+    m = cache.match(chain(1, 2, 3, 4), 4)
+    assert (m.device_units, m.host_units) == (0, 4)
+
+
+def test_load_back_moves_host_hit_to_device_and_locks() -> None:
+    cache = make_cache(total_pages=8, host_pages=16)
+    keys = chain(1, 2, 3, 4)
+    compute_and_insert(cache, keys)
+    cache.evict_tokens(100)
+    m = cache.match(keys, 3)
+    locked = cache.lock(m.device_node, m.device_units)
+    lb = cache.load_back(locked, m.node, m.units)
+    assert lb is not None and lb.tokens == 3 * 4
+    check_invariants(cache, [])
+    assert cache.protected_pages == 3
+    m2 = cache.match(keys, 4)
+    assert (m2.device_units, m2.host_units) == (3, 1)
+    cache.finish_load_back(lb)
+    cache.unlock(lb.deepest)
+    check_invariants(cache, [])
+
+
+def test_load_back_fails_without_room_and_changes_nothing() -> None:
+    cache = make_cache(total_pages=4, host_pages=16)
+    keys = chain(1, 2, 3, 4)
+    compute_and_insert(cache, keys)
+    cache.evict_tokens(100)
+    other = chain(9, 9, 9, 9)
+    m0 = cache.match(other, 4)
+    pin = cache.lock(m0.device_node, 0)
+    assert cache.alloc_pages(0, 3) is not None  # a request owns 3 of 4 pages
+    m = cache.match(keys, 4)
+    assert cache.load_back(m.device_node, m.node, m.units) is None
+    check_invariants(cache, [(0, 3)])
+    cache.unlock(pin)
+
+
+def test_write_back_backs_up_on_eviction_only() -> None:
+    cache = make_cache(total_pages=4, host_pages=16, policy="write_back")
+    compute_and_insert(cache, chain(1, 2))
+    assert cache.host is not None and cache.host.used_pages == 0
+    cache.evict_tokens(100)
+    assert cache.host.used_pages == 2
+    check_invariants(cache, [])
+
+
+def test_selective_write_through_after_hits() -> None:
+    cache = make_cache(host_pages=16, policy="write_through_selective")
+    keys = chain(1, 2)
+    compute_and_insert(cache, keys)
+    assert cache.host is not None and cache.host.used_pages == 0
+    for _ in range(2):
+        m = cache.match(keys, 2)
+        node = cache.lock(m.device_node, m.device_units)
+        cache.record_hit(node)
+        cache.unlock(node)
+    assert cache.host.used_pages == 2
+    check_invariants(cache, [])
+
+
+def test_host_lru_evicts_host_only_leaves() -> None:
+    cache = make_cache(total_pages=4, host_pages=4)
+    compute_and_insert(cache, chain(1, 2))
+    compute_and_insert(cache, chain(1, 2, 3, 4))  # two nodes: [0, 2) and [2, 4)
+    cache.evict_tokens(100)  # all four units now host-only
+    compute_and_insert(cache, chain(7, 8))  # write-through needs 2 host pages
+    check_invariants(cache, [])
+    assert cache.match(chain(1, 2, 3, 4), 4).units == 2  # deepest host units went first
+
+
+# ---------------------------------------------------------------- property test
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["admit", "finish", "evict", "load", "alloc", "free"]),
+        st.integers(0, 5),  # which prefix family
+        st.integers(1, 6),  # length in units
+        st.integers(0, 3),  # divergence point
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=OPS,
+    cp=st.sampled_from([1, 2, 4]),
+    unit_pages=st.sampled_from([1, 2]),
+    total=st.integers(8, 40),
+    host=st.sampled_from([None, 0, 6, 64]),
+    policy=st.sampled_from(["write_through", "write_through_selective", "write_back"]),
+)
+def test_random_operations_keep_invariants(
+    ops: list[tuple[str, int, int, int]],
+    cp: int,
+    unit_pages: int,
+    total: int,
+    host: int | None,
+    policy: str,
+) -> None:
+    total = max(total, cp)
+    cache = make_cache(total, 4, cp, host, policy, unit_pages)
+    live: list[tuple[object, list[int], int, int]] = []  # (node, keys, start_page, end_page)
+    lbs = []
+    for op, fam, length, div in ops:
+        keys = chain(*([fam] * min(div, length) + [fam * 10 + 7] * (length - min(div, length))))
+        if op == "admit":
+            m = cache.match(keys, len(keys))
+            node = cache.lock(m.device_node, m.device_units)
+            cache.record_hit(node)
+            if m.host_units and host:
+                lb = cache.load_back(node, m.node, m.units)
+                if lb is not None:
+                    node = lb.deepest
+                    lbs.append(lb)
+                    units = m.units
+                else:
+                    units = m.device_units
+            else:
+                units = m.device_units
+            start = units * unit_pages
+            n = (len(keys) - units) * unit_pages
+            if cache.alloc_pages(start, n) is None:
+                cache.unlock(node)
+            else:
+                live.append((node, keys, start, start + n))
+        elif op == "finish" and live:
+            for lb in lbs:
+                cache.finish_load_back(lb)
+            lbs.clear()
+            node, keys, start, end = live.pop(fam % len(live))
+            node = cache.insert(node, keys, start // unit_pages, end // unit_pages)
+            cache.unlock(node)
+        elif op == "evict":
+            cache.evict_tokens(length * 4)
+        elif op == "alloc" and live:
+            pass
+        elif op == "free" and live:
+            node, keys, start, end = live.pop(fam % len(live))
+            for lb in lbs:
+                cache.finish_load_back(lb)
+            lbs.clear()
+            cache.pool.release_owned(lane_split(start, end - start, cp))
+            cache.unlock(node)
+        check_invariants(cache, [(s, e) for _, _, s, e in live])
+    for lb in lbs:
+        cache.finish_load_back(lb)
+    for node, keys, start, end in live:
+        node = cache.insert(node, keys, start // unit_pages, end // unit_pages)
+        cache.unlock(node)
+    check_invariants(cache, [])
+    assert cache.protected_pages == 0
+    cache.evict_tokens(10**9)
+    check_invariants(cache, [])
+    assert cache.pool.free == cache.pool.capacity
