@@ -1,0 +1,108 @@
+"""Streaming loader for Alibaba Qwen/Bailian KVCache traces (``qwen_trace{A,B}_blksz_16``).
+
+The public trace (github.com/alibaba-edu/qwen-bailian-usagetraces-anon, Apache-2.0) has
+one JSON object per line::
+
+    {"chat_id": 159, "parent_chat_id": 55, "timestamp": 61.114, "input_length": 521,
+     "output_length": 132, "type": "text", "turn": 2, "hash_ids": [1089, 1090, ...]}
+
+Read here:
+
+- ``timestamp`` (or ``arrival_time``): arrival in **seconds** since the trace start
+  (number >= 0);
+- ``input_length`` (or ``input_len``): prompt tokens (> 0);
+- ``output_length`` (or ``output_len``): generated tokens (>= 0);
+- ``hash_ids``: per-block ids, ``block_size`` tokens per block (16 in the public files),
+  ``len(hash_ids) == ceil(input_length / block_size)``;
+- ``chat_id`` (optional) becomes the request id (else ``"L<line number>"``);
+- ``priority`` (optional integer, default 0).
+
+``parent_chat_id``, ``type`` and ``turn`` are accepted and ignored. The block size is the
+``block_size`` argument, else taken from a ``blksz_<N>`` in the file name, else 16.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+
+from prefillkit.workloads.jsonl import (
+    PathLike,
+    RowError,
+    SkipList,
+    check_hash_len,
+    get_int,
+    get_int_list,
+    get_opt_int,
+    get_seconds,
+    parse_json_object,
+    stream_records,
+)
+from prefillkit.workloads.record import TraceRecord
+
+__all__ = ["BAILIAN_BLOCK_SIZE", "bailian_block_size", "iter_bailian", "parse_bailian_line"]
+
+BAILIAN_BLOCK_SIZE = 16
+
+_BLKSZ = re.compile(r"blksz_?(\d+)", re.IGNORECASE)
+
+
+def bailian_block_size(path: PathLike) -> int:
+    """Block size stated in the file name (``..._blksz_16.jsonl``), else 16."""
+    m = _BLKSZ.search(os.path.basename(os.fspath(path)))
+    if m and int(m.group(1)) > 0:
+        return int(m.group(1))
+    return BAILIAN_BLOCK_SIZE
+
+
+def parse_bailian_line(
+    lineno: int, text: str, block_size: int, seen: set[str]
+) -> TraceRecord | None:
+    """Parse one Bailian line (None for a blank line); raises ``RowError`` if bad."""
+    obj = parse_json_object(text)
+    if obj is None:
+        return None
+    arrival = get_seconds(obj, "timestamp", "arrival_time")
+    input_len = get_int(obj, "input_length", "input_len", min_value=1)
+    output_len = get_int(obj, "output_length", "output_len", min_value=0)
+    hash_ids = get_int_list(obj, "hash_ids")
+    check_hash_len(hash_ids, input_len, block_size)
+    chat_id = obj.get("chat_id")
+    if chat_id is None:
+        rid = f"L{lineno}"
+    elif isinstance(chat_id, str) or (type(chat_id) is int):
+        rid = str(chat_id)
+    else:
+        raise RowError(f"field 'chat_id': expected an integer or string, got {chat_id!r}")
+    if rid in seen:  # keep request ids unique even if a chat id repeats
+        rid = f"{rid}@L{lineno}"
+    seen.add(rid)
+    return TraceRecord(
+        rid=rid,
+        arrival_s=arrival,
+        input_len=input_len,
+        output_len=output_len,
+        hash_ids=hash_ids,
+        block_size=block_size,
+        tokens=None,
+        priority=get_opt_int(obj, "priority", 0),
+    )
+
+
+def iter_bailian(
+    path: PathLike,
+    *,
+    block_size: int | None = None,
+    skipped: SkipList | None = None,
+) -> Iterator[TraceRecord]:
+    """Stream ``TraceRecord`` s from a Bailian trace, line by line.
+
+    With ``skipped`` None the first bad row raises ``WorkloadError``; otherwise bad rows
+    are appended to it as ``(line, reason)`` and skipped.
+    """
+    bs = bailian_block_size(path) if block_size is None else block_size
+    if bs <= 0:
+        raise ValueError(f"block_size must be > 0, got {bs}")
+    seen: set[str] = set()
+    return stream_records(path, lambda n, t: parse_bailian_line(n, t, bs, seen), skipped=skipped)

@@ -1,0 +1,87 @@
+"""One trace request as read from a file or made by a generator, and its ``Request``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prefillkit.request import Request
+
+__all__ = ["TraceRecord", "to_request"]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRecord:
+    """A request of a workload, before it becomes a scheduler ``Request``.
+
+    The prompt is described by at most one of:
+
+    - ``hash_ids`` + ``block_size``: chain-consistent per-block hash ids
+      (``len(hash_ids) == ceil(input_len / block_size)``; the last block may be partial);
+    - ``tokens``: the prompt's token ids (``len(tokens) == input_len``).
+
+    With neither, the request shares nothing with any other request.
+    """
+
+    rid: str
+    arrival_s: float
+    input_len: int
+    output_len: int
+    hash_ids: tuple[int, ...] | None
+    block_size: int | None
+    tokens: tuple[int, ...] | None
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        if self.input_len <= 0:
+            raise ValueError(f"{self.rid}: input_len must be > 0, got {self.input_len}")
+        if self.output_len < 0:
+            raise ValueError(f"{self.rid}: output_len must be >= 0, got {self.output_len}")
+        if self.hash_ids is not None and self.tokens is not None:
+            raise ValueError(f"{self.rid}: give hash_ids or tokens, not both")
+        if (self.hash_ids is None) != (self.block_size is None):
+            raise ValueError(f"{self.rid}: hash_ids and block_size go together")
+        if self.block_size is not None and self.block_size <= 0:
+            raise ValueError(f"{self.rid}: block_size must be > 0, got {self.block_size}")
+        if self.tokens is not None and len(self.tokens) != self.input_len:
+            raise ValueError(
+                f"{self.rid}: {len(self.tokens)} tokens but input_len is {self.input_len}"
+            )
+
+    @property
+    def num_blocks(self) -> int | None:
+        """Blocks of the prompt (the last may be partial), or None without hash ids."""
+        return None if self.hash_ids is None else len(self.hash_ids)
+
+
+def to_request(rec: TraceRecord, page_size: int) -> Request:
+    """Build the scheduler ``Request`` for ``rec``; its key chain is computed here, once."""
+    if rec.hash_ids is not None:
+        assert rec.block_size is not None
+        return Request.from_block_hashes(
+            rec.rid,
+            rec.hash_ids,
+            input_len=rec.input_len,
+            block_size=rec.block_size,
+            page_size=page_size,
+            arrival_time=rec.arrival_s,
+            max_new_tokens=rec.output_len,
+            priority=rec.priority,
+        )
+    if rec.tokens is not None:
+        return Request.from_tokens(
+            rec.rid,
+            rec.tokens,
+            page_size=page_size,
+            arrival_time=rec.arrival_s,
+            max_new_tokens=rec.output_len,
+            priority=rec.priority,
+        )
+    return Request(
+        rid=rec.rid,
+        arrival_time=rec.arrival_s,
+        input_len=rec.input_len,
+        max_new_tokens=rec.output_len,
+        keys=[],
+        key_tokens=page_size,
+        priority=rec.priority,
+    )
