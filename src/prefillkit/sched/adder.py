@@ -1,0 +1,403 @@
+"""PrefillAdder: one admission pass's budgets and the per-request admission rules.
+
+Upstream names are kept (``rem_total_tokens``, ``cur_rem_tokens``, ``rem_input_tokens``,
+``rem_chunk_tokens``, ``add_one_req``, ``add_chunked_req``, ``budget_state``) so SGLang
+users recognise them; see ``UPSTREAM.md`` for the upstream formulas this follows.
+
+Beyond upstream:
+- CP shared-KV prefill: bs=1 gate, or with ``enable_cp_shared_kv_prefill_bs_gt1`` the four
+  batch limits (requests, page-aligned extend tokens, cached tokens after load-back
+  planning, estimated temporary-buffer bytes). Each stops only *additional* requests, so
+  a single oversized request still runs alone (no deadlock).
+- HiCache load-back is gated on free + evictable device pages per owner lane (upstream
+  passes no quota), planned before any CP limit is checked, and executed only once the
+  candidate is certain to be admitted: a rejected candidate leaves no trace.
+- A chunked continuation seeds every tally with its *true prefix*.
+- Per-lane feasibility: the pages admitted requests will allocate after the pass are
+  checked per owner lane, so allocation after the pass cannot fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+
+from prefillkit.cache.pool import lane_split
+from prefillkit.cache.prefix import LoadBack, MatchResult, PrefixCache
+from prefillkit.request import Request
+from prefillkit.sched.buffer import BufferEstimatorContext, BufferReqShape, estimate_buffer_bytes
+
+
+class AddReqResult(Enum):
+    CONTINUE = "continue"
+    NO_TOKEN = "no_token"
+    OTHER = "other"
+
+
+class CloseReason(StrEnum):
+    """Why an admission pass stopped admitting: the limit that closed the batch."""
+
+    QUEUE_EMPTY = "queue_empty"
+    MEMORY = "memory"  # NO_TOKEN
+    MAX_PREFILL_TOKENS = "max_prefill_tokens"  # rem_input_tokens
+    CHUNK_BUDGET = "chunk_budget"  # rem_chunk_tokens
+    MAX_RUNNING_REQUESTS = "max_running_requests"
+    CP_BS1 = "cp_bs1"
+    CHUNKED_SOLO = "chunked_solo"
+    CP_MAX_REQUESTS = "cp_max_requests"
+    CP_MAX_EXTEND = "cp_max_total_extend_tokens"
+    CP_MAX_CACHED = "cp_max_cached_tokens"
+    CP_MAX_BUFFER = "cp_max_buffer_size"
+    AFFINITY_STOP = "affinity_stop"
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionLimits:
+    """Per-deployment admission settings, resolved once from the config."""
+
+    page_size: int
+    max_prefill_tokens: int
+    chunked_prefill_size: int | None
+    clip_max_new_tokens: int = 4096
+    # CP shared-KV: "off" (no CP gate), "bs1" (one request per batch), "bs_gt1".
+    cp_mode: str = "off"
+    cp_max_requests: int | None = None
+    cp_max_total_extend_tokens: int | None = None
+    cp_max_cached_tokens: int | None = None
+    cp_max_buffer_size: int | None = None
+    cp_prefill_mix_chunked: bool = False
+    # Host hits shorter than this are not loaded back (upstream: 10 tokens).
+    load_back_threshold: int = 10
+    buffer_ctx: BufferEstimatorContext | None = None
+    # (extend cap pages, request slack pages, staging pages) when mix_chunked is on.
+    staging_identity: tuple[int, int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.cp_mode not in ("off", "bs1", "bs_gt1"):
+            raise ValueError(f"unknown cp_mode {self.cp_mode!r}")
+        if self.cp_max_buffer_size is not None and self.buffer_ctx is None:
+            raise ValueError("cp_max_buffer_size needs a buffer estimator context")
+        if self.cp_prefill_mix_chunked:
+            ident = self.staging_identity
+            # NOTE: the symm staging capacity identity the mixed-chunk design relies on.
+            assert ident is not None and ident[0] + ident[1] == ident[2], (
+                f"cp_prefill_mix_chunked: extend cap + request slack != staging pages {ident}"
+            )
+
+
+class PrefillAdder:
+    """Budgets of one admission pass. Create one per pass.
+
+    NOTE: a candidate's matched device prefix is locked while it is considered; a
+    rejected candidate is unlocked before ``add_one_req`` returns, so it leaves no lock,
+    allocation or budget change behind.
+    """
+
+    def __init__(
+        self,
+        cache: PrefixCache,
+        limits: AdmissionLimits,
+        running: list[Request],
+        new_token_ratio: float,
+    ) -> None:
+        self.cache = cache
+        self.pool = cache.pool
+        self.limits = limits
+        self.page_size = limits.page_size
+        self.new_token_ratio = new_token_ratio
+        self.rem_input_tokens: int = limits.max_prefill_tokens
+        self.rem_chunk_tokens: int | None = limits.chunked_prefill_size
+        clip = limits.clip_max_new_tokens
+        self.rem_total_token_offset: float = sum(
+            min(r.max_new_tokens - r.output_len, clip) * (1.0 if r.ignore_eos else new_token_ratio)
+            for r in running
+        )
+        self.cur_rem_token_offset: float = 0.0
+        self.cp_extend_limit: int | None = None
+        if limits.cp_mode == "bs_gt1":
+            user = limits.cp_max_total_extend_tokens
+            chunk = self.rem_chunk_tokens
+            # NOTE: min(user limit, chunk budget); the chunk budget when omitted.
+            if user is not None and chunk is not None:
+                self.cp_extend_limit = min(user, chunk)
+            else:
+                self.cp_extend_limit = user if user is not None else chunk
+            if self.cp_extend_limit is not None:
+                # NOTE: on this path only, the legacy input budget must not stop batching
+                # before the CP extend limit does. Allocator budgets stay unchanged.
+                self.rem_input_tokens = max(self.rem_input_tokens, self.cp_extend_limit)
+        self.can_run_list: list[Request] = []
+        self.new_chunked_req: Request | None = None
+        # NOTE: always updated together (see _set_chunked_in_batch).
+        self.chunked_req_in_batch: Request | None = None
+        self.has_chunked_req_in_batch = False
+        self.load_backs: list[LoadBack] = []
+        self.planned_lanes = [0] * self.pool.cp_size
+        self.batch_extend_tokens = 0  # page-ceiled, as the CP extend limit counts
+        self.batch_cached_tokens = 0  # prefix_len after load-back planning
+        self.batch_load_back_tokens = 0
+        self.batch_shapes: list[BufferReqShape] = []
+        self.closed_by: CloseReason | None = None
+        self.log_hit_tokens = 0
+        self.log_input_tokens = 0
+
+    # ------------------------------------------------------------------ budgets
+    def ceil_paged_tokens(self, tokens: int) -> int:
+        return -(-tokens // self.page_size) * self.page_size
+
+    @property
+    def rem_total_tokens(self) -> float:
+        return self.pool.available_size + self.cache.evictable_size - self.rem_total_token_offset
+
+    @property
+    def cur_rem_tokens(self) -> float:
+        return self.pool.available_size + self.cache.evictable_size - self.cur_rem_token_offset
+
+    def budget_state(self) -> AddReqResult:
+        if self.rem_total_tokens <= 0 or self.cur_rem_tokens <= 0:
+            return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
+        if self.rem_input_tokens <= 0:
+            return self._close(AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
+        if self.rem_chunk_tokens is not None and self.rem_chunk_tokens <= 0:
+            return self._close(AddReqResult.OTHER, CloseReason.CHUNK_BUDGET)
+        return AddReqResult.CONTINUE
+
+    def _close(self, result: AddReqResult, reason: CloseReason) -> AddReqResult:
+        if result is not AddReqResult.CONTINUE:
+            self.closed_by = reason
+        return result
+
+    def _update_prefill_budget(self, prefix_len: int, extend_len: int, max_new: int) -> None:
+        ext = self.ceil_paged_tokens(extend_len)
+        self.rem_total_token_offset += ext + self.page_size + max_new
+        self.cur_rem_token_offset += ext + self.page_size
+        self.rem_input_tokens -= ext
+        if self.rem_chunk_tokens is not None:
+            self.rem_chunk_tokens -= ext
+        self.batch_extend_tokens += ext
+        self.batch_cached_tokens += prefix_len
+        self.log_hit_tokens += prefix_len
+        self.log_input_tokens += ext
+
+    def _set_chunked_in_batch(self, req: Request) -> None:
+        self.chunked_req_in_batch = req
+        self.has_chunked_req_in_batch = True
+
+    def _extend_lanes(self, prefix_len: int, extend_len: int) -> list[int]:
+        """Owner-lane pages a request will allocate for ``extend_len`` tokens after
+        ``prefix_len`` (the pages past the ones it already holds)."""
+        p = self.page_size
+        first = -(-prefix_len // p)
+        last = -(-(prefix_len + extend_len) // p)
+        return lane_split(first, last - first, self.pool.cp_size)
+
+    def batch_buffer_bytes(self) -> int:
+        """Estimated temporary-buffer bytes of the batch admitted so far (0 without a model)."""
+        ctx = self.limits.buffer_ctx
+        return estimate_buffer_bytes(self.batch_shapes, ctx) if ctx is not None else 0
+
+    def _fits_lanes(self, *extra: list[int]) -> bool:
+        free = self.pool.free
+        ev = self.cache.evictable_lanes
+        planned = self.planned_lanes
+        for i in range(len(planned)):
+            need = planned[i] + sum(e[i] for e in extra)
+            if need > free[i] + ev[i]:
+                return False
+        return True
+
+    def _plan(self, req: Request, prefix_len: int, extend_len: int, loaded: int) -> None:
+        lanes = self._extend_lanes(prefix_len, extend_len)
+        for i, n in enumerate(lanes):
+            self.planned_lanes[i] += n
+        self.batch_shapes.append(BufferReqShape(prefix_len, extend_len, loaded))
+        self.batch_load_back_tokens += loaded
+
+    # ------------------------------------------------------------------ chunked
+    def add_chunked_req(self, req: Request) -> Request | None:
+        """Admit the next chunk of the in-flight chunked request (always first).
+
+        Budgets are seeded with its true prefix (tokens already computed). Returns the
+        request if it is still unfinished after this chunk, else None.
+        """
+        p = self.page_size
+        prefix_len = req.computed_tokens
+        rem_chunk = self.rem_chunk_tokens if self.rem_chunk_tokens is not None else req.input_len
+        rem = min(rem_chunk, int(self.rem_total_tokens)) // p * p
+        if rem <= 0:
+            rem = rem_chunk  # NOTE: a chunked request must always make progress
+        # Physical room: the chunk cannot exceed what the lanes can still hold.
+        cap = self._max_allocatable_extend(prefix_len)
+        rem = min(rem, cap)
+        need = req.input_len - prefix_len
+        if rem <= 0:
+            # No page can be allocated now (memory held by in-flight requests): the
+            # chunk waits; it stays first in line for the next pass.
+            self.closed_by = CloseReason.MEMORY
+            return req
+        truncated = need > rem
+        extend = rem if truncated else need
+        req.prefix_len = prefix_len
+        req.extend_input_len = extend
+        req.loaded_tokens = 0
+        self.can_run_list.append(req)
+        self._set_chunked_in_batch(req)
+        self._plan(req, prefix_len, extend, 0)
+        max_new = 0 if truncated else min(req.max_new_tokens, self.limits.clip_max_new_tokens)
+        self._update_prefill_budget(prefix_len, extend, max_new)
+        return req if truncated else None
+
+    def _max_allocatable_extend(self, prefix_len: int) -> int:
+        """Largest page-aligned extend (tokens) whose pages fit free + evictable per lane."""
+        p = self.page_size
+        r = self.pool.cp_size
+        free = self.pool.free
+        ev = self.cache.evictable_lanes
+        room = [free[i] + ev[i] - self.planned_lanes[i] for i in range(r)]
+        if min(room) <= 0:
+            return 0
+        first = -(-prefix_len // p)
+        # Pages are taken round-robin from lane first % r: n pages fit iff each lane's
+        # share fits. The smallest lane bounds the count up to r - 1 extra pages.
+        n = min(room) * r
+        while n > 0 and any(c > room[i] for i, c in enumerate(lane_split(first, n, r))):
+            n -= 1
+        # The cut must land on a page boundary of the sequence.
+        return max(0, (first + n) * p - prefix_len)
+
+    def chunk_allows_followers(self) -> bool:
+        """Whether requests may follow the chunked request admitted first in this pass.
+
+        Chunked requests stay solo in CP batches; the experimental mixed-chunk mode lets
+        the CP caps bound the batch, except after a non-page-aligned chunked prefix.
+        """
+        req = self.chunked_req_in_batch
+        if req is None or self.limits.cp_mode == "off":
+            return True
+        if not self.limits.cp_prefill_mix_chunked:
+            return False
+        return (req.prefix_len + req.extend_input_len) % self.page_size == 0 and (
+            req.prefix_len % self.page_size == 0
+        )
+
+    # ------------------------------------------------------------------ one request
+    def add_one_req(self, req: Request, match: MatchResult | None = None) -> AddReqResult:
+        """Try to admit ``req`` (possibly truncated into the chunked request).
+
+        ``match`` is the in-scan match (computed by the caller for classification);
+        it is recomputed when not given.
+        """
+        limits = self.limits
+        cache = self.cache
+        batch_nonempty = bool(self.can_run_list)
+        if batch_nonempty:
+            if limits.cp_mode == "bs1":
+                return self._close(AddReqResult.OTHER, CloseReason.CP_BS1)
+            if self.has_chunked_req_in_batch and not self.chunk_allows_followers():
+                return self._close(AddReqResult.OTHER, CloseReason.CHUNKED_SOLO)
+            if (
+                limits.cp_mode == "bs_gt1"
+                and limits.cp_max_requests is not None
+                and len(self.can_run_list) >= limits.cp_max_requests
+            ):
+                return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_REQUESTS)
+        if match is None:
+            match = cache.match(req.keys, req.max_match_units)
+        kt = cache.key_tokens
+        device_prefix = match.device_units * kt
+        host_hit = match.host_units * kt
+        req.device_prefix_len = device_prefix
+        req.host_hit_len = host_hit
+        max_new = min(req.max_new_tokens, limits.clip_max_new_tokens)
+        total_tokens = (req.input_len - device_prefix) + max_new + self.page_size
+        if total_tokens >= self.rem_total_tokens:
+            return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
+        real_input = self.ceil_paged_tokens(req.input_len - device_prefix - host_hit)
+        if batch_nonempty and real_input >= self.rem_input_tokens:
+            return self._close(AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
+
+        node = cache.lock(match.device_node, match.device_units)
+        result = self._admit_locked(req, match, node, device_prefix, host_hit, max_new)
+        if result is None:
+            return self.budget_state()
+        cache.unlock(node)
+        return result
+
+    def _admit_locked(
+        self,
+        req: Request,
+        match: MatchResult,
+        node: object,
+        device_prefix: int,
+        host_hit: int,
+        max_new: int,
+    ) -> AddReqResult | None:
+        """Admission checks with the device prefix pinned. None = admitted."""
+        limits = self.limits
+        cache = self.cache
+        batch_nonempty = bool(self.can_run_list)
+        total_tokens = (req.input_len - device_prefix) + max_new + self.page_size
+        if total_tokens >= self.rem_total_tokens:  # the lock may shrink evictable
+            return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
+
+        # HiCache load-back planning: quota = free + evictable device pages per lane.
+        host_lanes: list[int] | None = None
+        if host_hit and host_hit >= limits.load_back_threshold and cache.host is not None:
+            u = cache.unit_pages
+            host_lanes = lane_split(match.device_units * u, match.host_units * u, self.pool.cp_size)
+            if not self._fits_lanes(host_lanes):
+                host_lanes = None  # quota gate failed: recompute the host hit
+        loaded = host_hit if host_lanes is not None else 0
+        prefix_len = device_prefix + loaded
+        extend = req.input_len - prefix_len
+        input_tokens = self.ceil_paged_tokens(extend)
+        if batch_nonempty and input_tokens >= self.rem_input_tokens:
+            return self._close(AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
+        truncated = False
+        if self.rem_chunk_tokens is not None and input_tokens > self.rem_chunk_tokens:
+            trunc = self.rem_chunk_tokens // self.page_size * self.page_size
+            if trunc <= 0:
+                return self._close(AddReqResult.OTHER, CloseReason.CHUNK_BUDGET)
+            extend = trunc
+            truncated = True
+        if batch_nonempty and limits.cp_mode == "bs_gt1":
+            ext = self.ceil_paged_tokens(extend)
+            if (
+                self.cp_extend_limit is not None
+                and self.batch_extend_tokens + ext > self.cp_extend_limit
+            ):
+                return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_EXTEND)
+            if (
+                limits.cp_max_cached_tokens is not None
+                and self.batch_cached_tokens + prefix_len > limits.cp_max_cached_tokens
+            ):
+                return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_CACHED)
+            if limits.cp_max_buffer_size is not None:
+                assert limits.buffer_ctx is not None
+                shape = BufferReqShape(prefix_len, extend, loaded)
+                est = estimate_buffer_bytes([*self.batch_shapes, shape], limits.buffer_ctx)
+                if est > limits.cp_max_buffer_size:
+                    return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_BUFFER)
+        ext_lanes = self._extend_lanes(prefix_len, extend)
+        if not self._fits_lanes(ext_lanes, *([host_lanes] if host_lanes else [])):
+            return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
+
+        # Certain to be admitted: execute the planned load-back.
+        if host_lanes is not None:
+            lb = cache.load_back(node, match.node, match.units)  # type: ignore[arg-type]
+            if lb is None:  # pragma: no cover - guarded by the quota gate above
+                raise AssertionError("load-back failed after its quota gate passed")
+            node = lb.deepest
+            self.load_backs.append(lb)
+        req.locked_node = node  # type: ignore[assignment]
+        req.prefix_len = prefix_len
+        req.loaded_tokens = loaded
+        req.extend_input_len = extend
+        self.can_run_list.append(req)
+        if truncated:
+            self.new_chunked_req = req
+            self._set_chunked_in_batch(req)
+        self._plan(req, prefix_len, extend, loaded)
+        self._update_prefill_budget(prefix_len, extend, 0 if truncated else max_new)
+        cache.record_hit(node)  # type: ignore[arg-type]
+        return None

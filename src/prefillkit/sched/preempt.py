@@ -1,0 +1,45 @@
+"""Priority preemption: which running requests to evict for a higher-priority one."""
+
+from __future__ import annotations
+
+from prefillkit.request import Request
+
+
+def outranks(a: int, b: int, threshold: int, low_values_first: bool) -> bool:
+    """Whether priority ``a`` beats ``b`` by more than ``threshold``."""
+    diff = (b - a) if low_values_first else (a - b)
+    return diff > threshold
+
+
+def pick_victims(
+    req: Request,
+    running: list[Request],
+    *,
+    slots_needed: int,
+    tokens_needed: int,
+    threshold: int,
+    low_values_first: bool,
+) -> list[Request]:
+    """Victims for ``req``: lowest priority first, then newest, while the priority
+    difference exceeds ``threshold``, until ``slots_needed`` slots and ``tokens_needed``
+    tokens of held KV are freed. Returns [] if the need cannot be met (all or nothing).
+
+    A pure function: the caller evicts the victims.
+    """
+    sign = -1 if low_values_first else 1
+    cands = sorted(
+        (r for r in running if outranks(req.priority, r.priority, threshold, low_values_first)),
+        key=lambda r: (sign * r.priority, -r.arrival_time),
+    )
+    victims: list[Request] = []
+    slots = 0
+    tokens = 0
+    for r in cands:
+        if slots >= slots_needed and tokens >= tokens_needed:
+            break
+        victims.append(r)
+        slots += 1
+        tokens += r.input_len + r.output_len
+    if slots < slots_needed or tokens < tokens_needed:
+        return []
+    return victims

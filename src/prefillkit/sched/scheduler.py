@@ -1,0 +1,473 @@
+"""The scheduler: waiting queue, admission pass, and KV lifecycle of requests.
+
+This is the one narrow interface an engine (the simulator, or a real one) talks to:
+
+- ``add_request(req)``: a request arrived; returns a rejection reason if it can never fit.
+- ``get_new_batch_prefill(now)``: run one admission pass; returns a :class:`PrefillBatch`
+  with its pages allocated, or None.
+- ``prefill_done(batch)``: the forward finished: cache computed pages, move locks,
+  keep the chunked request; returns requests whose whole prompt is now computed.
+- ``release(req)``: a request no longer needs its KV (pd-prefill: transfer done;
+  colocated: decoding finished).
+- ``decode_step()`` (colocated): grow decoding requests by one token, retracting
+  requests when memory runs out.
+
+It imports nothing from the simulator: an engine can embed it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from prefillkit.cache.host import HostTier
+from prefillkit.cache.invariants import check_invariants
+from prefillkit.cache.pool import KVPool, lane_split
+from prefillkit.cache.prefix import LoadBack, PrefixCache
+from prefillkit.config import Config
+from prefillkit.request import ReqStatus, Request
+from prefillkit.sched.adder import AddReqResult, AdmissionLimits, CloseReason, PrefillAdder
+from prefillkit.sched.affinity import (
+    AffinityBounds,
+    AffinityDecision,
+    BatchLead,
+    ReqClass,
+    classify,
+    decide,
+)
+from prefillkit.sched.buffer import BufferEstimatorContext
+from prefillkit.sched.policy import order_waiting
+from prefillkit.sched.preempt import pick_victims
+
+
+@dataclass(slots=True)
+class PrefillBatch:
+    """One admitted prefill batch. Per-request shapes are on the requests
+    (``prefix_len``, ``extend_input_len``, ``loaded_tokens``) until ``prefill_done``."""
+
+    reqs: list[Request]
+    load_backs: list[LoadBack]
+    extend_tokens: int
+    cached_tokens: int
+    load_back_tokens: int
+    buffer_bytes: int
+    lead_class: str  # warm | cold | none
+    closed_by: str
+    has_chunked: bool
+    waiting_len: int
+    policy_used: str
+    skips: int = 0
+    defers: int = 0
+    stops: int = 0
+    preempted: list[Request] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SchedulerStats:
+    passes: int = 0
+    affinity_skips: int = 0
+    affinity_defers: int = 0
+    affinity_stops: int = 0
+    preemptions: int = 0
+    retractions: int = 0
+    rejected: int = 0
+
+
+def build_limits(cfg: Config, buffer_ctx: BufferEstimatorContext | None) -> AdmissionLimits:
+    if cfg.cp_size > 1:
+        cp_mode = "bs_gt1" if cfg.enable_cp_shared_kv_prefill_bs_gt1 else "bs1"
+    else:
+        cp_mode = "off"
+    return AdmissionLimits(
+        page_size=cfg.page_size,  # type: ignore[arg-type]
+        max_prefill_tokens=cfg.max_prefill_tokens,
+        chunked_prefill_size=cfg.chunked_prefill_size,
+        clip_max_new_tokens=cfg.clip_max_new_tokens,
+        cp_mode=cp_mode,
+        cp_max_requests=cfg.cp_shared_kv_prefill_max_requests,
+        cp_max_total_extend_tokens=cfg.cp_shared_kv_prefill_max_total_extend_tokens,
+        cp_max_cached_tokens=cfg.cp_shared_kv_prefill_max_cached_tokens,
+        cp_max_buffer_size=cfg.cp_shared_kv_prefill_max_buffer_size,
+        cp_prefill_mix_chunked=cfg.cp_prefill_mix_chunked,
+        load_back_threshold=cfg.hicache_load_back_threshold,
+        buffer_ctx=buffer_ctx,
+        staging_identity=cfg.staging_identity() if cfg.cp_prefill_mix_chunked else None,
+    )
+
+
+class Scheduler:
+    def __init__(
+        self,
+        cfg: Config,
+        total_pages: int,
+        key_tokens: int,
+        *,
+        host_pages: int = 0,
+        buffer_ctx: BufferEstimatorContext | None = None,
+        reserve_decode: bool = True,
+    ) -> None:
+        self.cfg = cfg
+        page_size: int = cfg.page_size  # type: ignore[assignment]
+        self.page_size = page_size
+        lanes = cfg.cp_size if cfg.enable_cp_shared_kv else 1
+        self.pool = KVPool(total_pages, page_size, lanes)
+        host = (
+            HostTier(host_pages, cfg.hicache_write_policy, cfg.hicache_write_through_threshold)
+            if cfg.enable_hierarchical_cache
+            else None
+        )
+        self.cache = PrefixCache(self.pool, key_tokens, host)
+        self.limits = build_limits(cfg, buffer_ctx)
+        self.reserve_decode = reserve_decode
+        self.waiting: list[Request] = []  # NOTE: kept in arrival order
+        self.chunked_req: Request | None = None
+        self.running: dict[str, Request] = {}  # every request holding KV
+        self.decoding: list[Request] = []
+        self.max_running_requests = cfg.max_running_requests or max(
+            1, min(4096, total_pages * page_size // 2)
+        )
+        self.init_new_token_ratio = min(
+            cfg.init_new_token_ratio * cfg.schedule_conservativeness, 1.0
+        )
+        self.min_new_token_ratio = self.init_new_token_ratio * cfg.min_new_token_ratio_factor
+        self.new_token_ratio_decay = (
+            self.init_new_token_ratio - self.min_new_token_ratio
+        ) / cfg.new_token_ratio_decay_steps
+        self.new_token_ratio = self.init_new_token_ratio
+        self.affinity_on = cfg.enable_affinity and not cfg.enable_priority_scheduling
+        self.affinity_bounds = AffinityBounds(
+            cfg.affinity_warm_floor_tokens,
+            cfg.affinity_skip_window,
+            cfg.affinity_max_head_defers,
+            cfg.affinity_max_age_s,
+        )
+        # Requests that tripped an affinity bound lead the next pass.
+        self.affinity_promoted: list[Request] = []
+        self.stats = SchedulerStats()
+
+    # ------------------------------------------------------------------ arrival
+    def never_fits_reason(self, req: Request) -> str | None:
+        """Why ``req`` can never be admitted (None if it can)."""
+        p = self.page_size
+        seq_tokens = req.input_len + (req.max_new_tokens if self.reserve_decode else 0)
+        pages = -(-seq_tokens // p)
+        lanes = lane_split(0, pages, self.pool.cp_size)
+        if any(n > cap for n, cap in zip(lanes, self.pool.capacity, strict=True)):
+            return f"needs {pages} KV pages but the pool holds {self.pool.total_pages}" + (
+                f" ({self.pool.cp_size} owner lanes)" if self.pool.cp_size > 1 else ""
+            )
+        need = req.input_len + min(req.max_new_tokens, self.cfg.clip_max_new_tokens) + p
+        if need >= self.pool.total_pages * p:
+            return (
+                f"prompt + reserved output ({need} tokens) is not below the KV pool "
+                f"({self.pool.total_pages * p} tokens): the memory test can never pass"
+            )
+        return None
+
+    def add_request(self, req: Request) -> str | None:
+        """Queue an arrived request; returns a rejection reason if it can never fit."""
+        reason = self.never_fits_reason(req)
+        if reason is not None:
+            req.status = ReqStatus.REJECTED
+            req.reject_reason = reason
+            self.stats.rejected += 1
+            return reason
+        req.status = ReqStatus.WAITING
+        self._enqueue(req)
+        return None
+
+    def _enqueue(self, req: Request) -> None:
+        w = self.waiting
+        if not w or w[-1].arrival_time <= req.arrival_time:
+            w.append(req)
+        else:  # a preempted/retracted request goes back to its arrival position
+            bisect.insort(w, req, key=lambda r: r.arrival_time)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting) or self.chunked_req is not None
+
+    # ------------------------------------------------------------------ the pass
+    def get_new_batch_prefill(self, now: float) -> PrefillBatch | None:
+        """Run one admission pass. The batch's pages are allocated on return."""
+        if not self.waiting and self.chunked_req is None:
+            return None
+        cfg = self.cfg
+        cache = self.cache
+        self.stats.passes += 1
+        adder = PrefillAdder(
+            cache,
+            self.limits,
+            self.decoding if self.reserve_decode else [],
+            self.new_token_ratio,
+        )
+        lead = BatchLead.EMPTY
+        chunked = self.chunked_req
+        if chunked is not None:
+            adder.add_chunked_req(chunked)
+            if chunked not in adder.can_run_list:
+                return None  # no page can be allocated until in-flight requests finish
+            lead = BatchLead.WARM  # NOTE: a continuation carries its true prefix
+        order, policy_used = order_waiting(
+            self.waiting,
+            cfg.schedule_policy,
+            cache,
+            priority=cfg.enable_priority_scheduling,
+            low_priority_values_first=cfg.schedule_low_priority_values_first,
+            lpm_fallback_queue_len=cfg.lpm_fallback_queue_len,
+        )
+        if self.affinity_promoted:
+            promoted = [r for r in self.affinity_promoted if r.status is ReqStatus.WAITING]
+            ids = {id(r) for r in promoted}
+            order = promoted + [r for r in order if id(r) not in ids]
+            self.affinity_promoted = []
+        kt = cache.key_tokens
+        floor = self.affinity_bounds.warm_floor_tokens
+        skipped: list[Request] = []
+        stops = 0
+        preempted: list[Request] = []
+        closed: CloseReason | None = None
+        slots = self.max_running_requests - len(self.running)
+        for req in order:
+            if adder.can_run_list and adder.budget_state() is not AddReqResult.CONTINUE:
+                closed = adder.closed_by
+                break
+            if len(adder.can_run_list) >= slots:
+                victims = self._try_preempt(req, slots_needed=1, tokens_needed=0)
+                if victims is None:
+                    closed = CloseReason.MAX_RUNNING_REQUESTS
+                    break
+                preempted.extend(victims)
+                slots += len(victims)
+            match = cache.match(req.keys, req.max_match_units)
+            cls = classify(match.device_units * kt, match.host_units * kt, floor)
+            if self.affinity_on:
+                decision = decide(
+                    cls,
+                    lead,
+                    len(skipped),
+                    req.head_defers,
+                    now - req.arrival_time,
+                    self.affinity_bounds,
+                )
+                if decision is AffinityDecision.SKIP:
+                    skipped.append(req)
+                    continue
+                if decision is AffinityDecision.STOP:
+                    stops += 1
+                    self.affinity_promoted.append(req)
+                    closed = CloseReason.AFFINITY_STOP
+                    break
+            n_before = len(adder.can_run_list)
+            res = adder.add_one_req(req, match)
+            if res is AddReqResult.NO_TOKEN and len(adder.can_run_list) == n_before:
+                victims = self._try_preempt(req, slots_needed=0, tokens_needed=req.input_len)
+                if victims:
+                    preempted.extend(victims)
+                    res = adder.add_one_req(req)
+            if len(adder.can_run_list) > n_before and lead is BatchLead.EMPTY:
+                lead = BatchLead.WARM if cls is ReqClass.WARM else BatchLead.COLD
+            if res is not AddReqResult.CONTINUE:
+                closed = adder.closed_by
+                break
+        else:
+            closed = adder.closed_by or CloseReason.QUEUE_EMPTY
+        for req in skipped:
+            req.head_defers += 1
+        self.stats.affinity_skips += len(skipped)
+        self.stats.affinity_defers += len({id(r) for r in skipped})
+        self.stats.affinity_stops += stops
+        if not adder.can_run_list:
+            return None
+        return self._launch(adder, lead, closed, policy_used, len(skipped), stops, preempted, now)
+
+    def _launch(
+        self,
+        adder: PrefillAdder,
+        lead: BatchLead,
+        closed: CloseReason | None,
+        policy_used: str,
+        skips: int,
+        stops: int,
+        preempted: list[Request],
+        now: float,
+    ) -> PrefillBatch:
+        """Allocate the admitted requests' pages (``prepare_for_extend``)."""
+        p = self.page_size
+        cache = self.cache
+        for req in adder.can_run_list:
+            if req.status is ReqStatus.WAITING:
+                req.owned_start_page = req.owned_end_page = req.prefix_len // p
+                req.first_scheduled_time = now
+                req.device_hit_tokens = req.device_prefix_len
+                req.host_hit_tokens = req.loaded_tokens
+                req.status = ReqStatus.PREFILLING
+                self.running[req.rid] = req
+            last = -(-(req.prefix_len + req.extend_input_len) // p)
+            n = last - req.owned_end_page
+            if n > 0:
+                if cache.alloc_pages(req.owned_end_page, n) is None:  # pragma: no cover
+                    raise AssertionError(f"{req.rid}: allocation failed after admission")
+                req.owned_end_page = last
+            req.num_chunks += 1
+        if any(r.status is not ReqStatus.WAITING for r in self.waiting):
+            self.waiting = [r for r in self.waiting if r.status is ReqStatus.WAITING]
+        self.chunked_req = adder.new_chunked_req or (
+            self.chunked_req if self.chunked_req in adder.can_run_list else None
+        )
+        return PrefillBatch(
+            reqs=list(adder.can_run_list),
+            load_backs=adder.load_backs,
+            extend_tokens=adder.batch_extend_tokens,
+            cached_tokens=adder.batch_cached_tokens,
+            load_back_tokens=adder.batch_load_back_tokens,
+            buffer_bytes=adder.batch_buffer_bytes(),
+            lead_class={BatchLead.WARM: "warm", BatchLead.COLD: "cold"}.get(lead, "none"),
+            closed_by=(closed or CloseReason.QUEUE_EMPTY).value,
+            has_chunked=adder.has_chunked_req_in_batch,
+            waiting_len=len(self.waiting),
+            policy_used=policy_used,
+            skips=skips,
+            defers=skips,
+            stops=stops,
+            preempted=preempted,
+        )
+
+    # ------------------------------------------------------------------ completion
+    def prefill_done(self, batch: PrefillBatch, now: float) -> list[Request]:
+        """Cache what the batch computed; return requests whose prompt is complete."""
+        cache = self.cache
+        kt = cache.key_tokens
+        u = cache.unit_pages
+        for lb in batch.load_backs:
+            cache.finish_load_back(lb)
+        done: list[Request] = []
+        for req in batch.reqs:
+            req.computed_tokens = req.prefix_len + req.extend_input_len
+            units = min(req.computed_tokens // kt, len(req.keys))
+            node = req.locked_node
+            assert node is not None
+            if units > node.end:
+                req.locked_node = cache.insert(node, req.keys, node.end, units)
+                req.owned_start_page = units * u
+            if req.computed_tokens >= req.input_len:
+                req.first_token_time = now
+                req.output_len = 1 if req.max_new_tokens > 0 else 0
+                done.append(req)
+                if self.chunked_req is req:
+                    self.chunked_req = None
+        return done
+
+    def release(self, req: Request, now: float) -> None:
+        """Free a request's pages and locks (its KV is no longer needed)."""
+        self._free_kv(req)
+        req.status = ReqStatus.FINISHED
+        req.finish_time = now
+        self.running.pop(req.rid, None)
+
+    def _free_kv(self, req: Request) -> None:
+        n = req.owned_end_page - req.owned_start_page
+        if n > 0:
+            self.pool.release_owned(lane_split(req.owned_start_page, n, self.pool.cp_size))
+        req.owned_start_page = req.owned_end_page = 0
+        if req.locked_node is not None:
+            self.cache.unlock(req.locked_node)
+            req.locked_node = None
+
+    # ------------------------------------------------------------------ decode
+    def start_decode(self, req: Request) -> None:
+        req.status = ReqStatus.DECODING
+        self.decoding.append(req)
+
+    def decode_step(self, now: float) -> tuple[list[Request], list[Request]]:
+        """One decode step: every decoding request gains one output token.
+
+        Oldest requests get memory first; when a page cannot be allocated the newest
+        other decoding request is retracted (KV freed, back to the queue), as upstream
+        retracts from the tail. Returns (finished, retracted); finished are released.
+        """
+        p = self.page_size
+        finished: list[Request] = []
+        retracted: list[Request] = []
+        for req in sorted(self.decoding, key=lambda r: (r.arrival_time, r.rid)):
+            if req.status is not ReqStatus.DECODING:
+                continue  # retracted earlier in this step
+            if -(-(req.input_len + req.output_len + 1) // p) > req.owned_end_page:
+                while self.cache.alloc_pages(req.owned_end_page, 1) is None:
+                    victim = self._retract_victim(req)
+                    if victim is None:
+                        break
+                    retracted.append(victim)
+                else:
+                    req.owned_end_page += 1
+                if req.owned_end_page * p < req.input_len + req.output_len + 1:
+                    self._retract(req)
+                    retracted.append(req)
+                    continue
+            req.output_len += 1
+            if req.output_len >= req.max_new_tokens:
+                finished.append(req)
+        for req in finished:
+            self.release(req, now)
+        self.decoding = [r for r in self.decoding if r.status is ReqStatus.DECODING]
+        if retracted:
+            self.stats.retractions += len(retracted)
+            decoded = sum(r.output_len for r in self.decoding)
+            total_new = sum(r.max_new_tokens for r in self.decoding)
+            self.new_token_ratio = min(1.0, (decoded + 20 * len(self.decoding)) / (total_new + 1))
+        else:
+            self.new_token_ratio = max(
+                self.new_token_ratio - self.new_token_ratio_decay, self.min_new_token_ratio
+            )
+        if not self.decoding:
+            self.new_token_ratio = self.init_new_token_ratio
+        return finished, retracted
+
+    def _retract_victim(self, protect: Request) -> Request | None:
+        cands = [r for r in self.decoding if r.status is ReqStatus.DECODING and r is not protect]
+        if not cands:
+            return None
+        victim = max(cands, key=lambda r: (r.arrival_time, r.rid))
+        self._retract(victim)
+        return victim
+
+    def _retract(self, req: Request) -> None:
+        self._free_kv(req)
+        self.running.pop(req.rid, None)
+        req.reset_for_requeue()
+        req.preemptions += 1
+        self._enqueue(req)
+
+    # ------------------------------------------------------------------ preemption
+    def _try_preempt(
+        self, req: Request, *, slots_needed: int, tokens_needed: int
+    ) -> list[Request] | None:
+        """Priority preemption of decoding requests to admit ``req``; None if not possible."""
+        cfg = self.cfg
+        if not (cfg.enable_priority_scheduling and cfg.enable_priority_preemption):
+            return None
+        if tokens_needed and not cfg.enable_preempt_on_no_token:
+            return None
+        victims = pick_victims(
+            req,
+            [r for r in self.decoding if r.status is ReqStatus.DECODING],
+            slots_needed=slots_needed,
+            tokens_needed=tokens_needed,
+            threshold=cfg.priority_scheduling_preemption_threshold,
+            low_values_first=cfg.schedule_low_priority_values_first,
+        )
+        if not victims:
+            return None
+        for v in victims:
+            self.decoding.remove(v)
+            self._retract(v)
+        self.stats.preemptions += len(victims)
+        return victims
+
+    # ------------------------------------------------------------------ checks
+    def check(self) -> None:
+        """Invariant check over cache, pool and every live request's pages."""
+        check_invariants(
+            self.cache,
+            [(r.owned_start_page, r.owned_end_page) for r in self.running.values()],
+        )

@@ -1,0 +1,264 @@
+"""The discrete-event engine loop: arrivals -> admission pass -> forward -> completion.
+
+A heap of ``(time, priority, seq, kind, payload)`` events; no wall-clock sleeps. The
+engine drives :class:`prefillkit.sched.scheduler.Scheduler` exactly as a serving engine
+would and asks the cost model how long each forward takes.
+
+Modes:
+- ``pd-prefill``: a prefill server of a PD-disaggregated deployment. After the forward
+  the request's KV is sent out (``kv_transfer_time``), then its pages stay cached and
+  unlocked. TTFT is the time the prefill forward produced the first token.
+- ``colocated``: finished prefills join the decode batch; one executor runs a prefill
+  batch when one can be admitted, else a decode step (upstream's default order).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time as wallclock
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefillkit.config import Config
+from prefillkit.request import ReqStatus, Request
+from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
+from prefillkit.sched.scheduler import PrefillBatch, Scheduler
+from prefillkit.sim.cost import CostModel, ReqShape, default_cost_model
+from prefillkit.sim.gpus import get_gpu
+from prefillkit.sim.metrics import BatchRecord, summarize
+
+FORWARD_DONE, TRANSFER_DONE, ARRIVAL = 0, 1, 2
+
+
+class SimConfigError(ValueError):
+    """A deployment that cannot be simulated (one line, names the flag)."""
+
+
+@dataclass(slots=True)
+class Deployment:
+    """Resolved sizes of the simulated deployment."""
+
+    total_pages: int
+    host_pages: int
+    key_tokens: int
+    num_gpus: int
+    device_memory_bytes: float
+    weights_bytes_per_gpu: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "total_pages": self.total_pages,
+            "kv_pool_tokens": None,
+            "host_pages": self.host_pages,
+            "key_tokens": self.key_tokens,
+            "num_gpus": self.num_gpus,
+        }
+
+
+@dataclass(slots=True)
+class SimResult:
+    requests: list[Request]
+    batches: list[BatchRecord]
+    summary: dict[str, Any]
+    deployment: dict[str, Any]
+    partial: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def key_tokens_of(requests: list[Request], page_size: int) -> int:
+    sizes = {r.key_tokens for r in requests if r.keys}
+    if len(sizes) > 1:
+        raise SimConfigError(f"requests use different key-unit sizes {sorted(sizes)}")
+    return sizes.pop() if sizes else page_size
+
+
+def resolve_deployment(cfg: Config, requests: list[Request]) -> Deployment:
+    try:
+        gpu = get_gpu(cfg.gpu)
+    except KeyError as e:
+        raise SimConfigError(f"--gpu: {e.args[0]}") from None
+    model = cfg.model_spec
+    num_gpus = cfg.tp_size
+    weights = model.weight_bytes / num_gpus
+    mem = cfg.device_memory_gb * 1e9 if cfg.device_memory_gb else gpu.memory_bytes
+    total_pages = cfg.total_pages(weights, mem / 1e9)
+    return Deployment(
+        total_pages=total_pages,
+        host_pages=cfg.host_pages(total_pages),
+        key_tokens=key_tokens_of(requests, cfg.page_size),  # type: ignore[arg-type]
+        num_gpus=num_gpus,
+        device_memory_bytes=mem,
+        weights_bytes_per_gpu=weights,
+    )
+
+
+class Engine:
+    def __init__(
+        self,
+        cfg: Config,
+        requests: list[Request],
+        *,
+        cost: CostModel | None = None,
+        deployment: Deployment | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.requests = requests
+        self.dep = deployment or resolve_deployment(cfg, requests)
+        model = cfg.model_spec
+        self.cost: CostModel = cost or default_cost_model(
+            cfg.model,
+            cfg.gpu,
+            self.dep.num_gpus,
+            kv_bytes_per_token=cfg.resolved_kv_bytes_per_token,
+            h2d_gbps=cfg.h2d_bandwidth_gbps,
+            kv_transfer_gbps=cfg.kv_transfer_bandwidth_gbps,
+        )
+        buffer_ctx = BufferEstimatorContext(
+            model=model,
+            kv_cache_dtype=cfg.resolved_kv_cache_dtype,
+            cp_size=cfg.cp_size,
+            page_size=cfg.page_size,  # type: ignore[arg-type]
+        )
+        limit = cfg.cp_shared_kv_prefill_max_buffer_size
+        if limit is not None:
+            free = self.dep.device_memory_bytes * (1.0 - cfg.mem_fraction_static)
+            try:
+                check_buffer_limit_fits(limit, int(free))
+            except ValueError as e:
+                raise SimConfigError(f"--cp-shared-kv-prefill-max-buffer-size: {e}") from None
+        self.colocated = cfg.mode == "colocated"
+        self.sched = Scheduler(
+            cfg,
+            self.dep.total_pages,
+            self.dep.key_tokens,
+            host_pages=self.dep.host_pages,
+            buffer_ctx=buffer_ctx,
+            reserve_decode=self.colocated,
+        )
+        self.on_progress = on_progress
+        self.stop_requested = False
+        self.batches: list[BatchRecord] = []
+        self._heap: list[tuple[float, int, int, int, Any]] = []
+        self._seq = 0
+        self.now = 0.0
+        self.busy = False
+        self.finished = 0
+
+    def _push(self, t: float, kind: int, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, kind, self._seq, kind, payload))
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> SimResult:
+        t0 = wallclock.perf_counter()
+        for req in sorted(self.requests, key=lambda r: r.arrival_time):
+            self._push(req.arrival_time, ARRIVAL, req)
+        heap = self._heap
+        check = self.cfg.debug_check_invariants
+        total = len(self.requests)
+        while heap and not self.stop_requested:
+            t = heap[0][0]
+            self.now = t
+            while heap and heap[0][0] == t:
+                _, _, _, kind, payload = heapq.heappop(heap)
+                self._handle(kind, payload)
+            if not self.busy:
+                self._start_work()
+            if check:
+                self.sched.check()
+            if self.on_progress is not None:
+                self.on_progress(self.finished, total)
+        partial = self.stop_requested and bool(heap)
+        counters = {
+            "affinity_skips": self.sched.stats.affinity_skips,
+            "affinity_defers": self.sched.stats.affinity_defers,
+            "affinity_stops": self.sched.stats.affinity_stops,
+            "preemptions": self.sched.stats.preemptions,
+            "retractions": self.sched.stats.retractions,
+            "admission_passes": self.sched.stats.passes,
+            "evicted_pages": self.sched.cache.device_evicted_pages,
+            "stuck": 0
+            if partial
+            else len(self.sched.waiting) + (1 if self.sched.chunked_req is not None else 0),
+        }
+        summary = summarize(self.requests, self.batches, counters=counters, sim_end_s=self.now)
+        summary["wall_time_s"] = wallclock.perf_counter() - t0
+        dep = self.dep.as_dict()
+        dep["kv_pool_tokens"] = self.dep.total_pages * self.cfg.page_size  # type: ignore[operator]
+        return SimResult(self.requests, self.batches, summary, dep, partial=partial)
+
+    def _handle(self, kind: int, payload: Any) -> None:
+        if kind == ARRIVAL:
+            if self.sched.add_request(payload) is not None:
+                self.finished += 1
+        elif kind == FORWARD_DONE:
+            self.busy = False
+            if isinstance(payload, PrefillBatch):
+                self._prefill_done(payload)
+            else:
+                finished, _ = self.sched.decode_step(self.now)
+                self.finished += len(finished)
+        elif kind == TRANSFER_DONE:
+            self.sched.release(payload, self.now)
+            self.finished += 1
+
+    def _start_work(self) -> None:
+        sched = self.sched
+        batch = sched.get_new_batch_prefill(self.now) if sched.has_work else None
+        if batch is not None:
+            shapes = [
+                ReqShape(r.prefix_len, r.extend_input_len, r.loaded_tokens) for r in batch.reqs
+            ]
+            dur = self.cost.forward_time(shapes)
+            self.batches.append(
+                BatchRecord(
+                    batch_id=len(self.batches),
+                    start_s=self.now,
+                    duration_s=dur,
+                    size=len(batch.reqs),
+                    extend_tokens=sum(r.extend_input_len for r in batch.reqs),
+                    cached_tokens=batch.cached_tokens,
+                    load_back_tokens=batch.load_back_tokens,
+                    buffer_bytes=batch.buffer_bytes,
+                    lead_class=batch.lead_class,
+                    closed_by=batch.closed_by,
+                    has_chunked=batch.has_chunked,
+                    waiting_len=batch.waiting_len,
+                    skips=batch.skips,
+                    defers=batch.defers,
+                )
+            )
+            self.busy = True
+            self._push(self.now + dur, FORWARD_DONE, batch)
+            return
+        if self.colocated and sched.decoding:
+            ctx = sum(r.input_len + r.output_len for r in sched.decoding)
+            dur = self.cost.decode_step_time(len(sched.decoding), ctx)
+            self.busy = True
+            self._push(self.now + dur, FORWARD_DONE, None)
+
+    def _prefill_done(self, batch: PrefillBatch) -> None:
+        done = self.sched.prefill_done(batch, self.now)
+        for req in done:
+            if self.colocated:
+                if req.output_len >= req.max_new_tokens:
+                    self.sched.release(req, self.now)
+                    self.finished += 1
+                else:
+                    self.sched.start_decode(req)
+            else:
+                req.status = ReqStatus.TRANSFERRING
+                self._push(self.now + self.cost.kv_transfer_time(req.input_len), TRANSFER_DONE, req)
+
+
+def simulate(
+    cfg: Config,
+    requests: list[Request],
+    *,
+    cost: CostModel | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    """Replay ``requests`` through the scheduler on the configured deployment."""
+    return Engine(cfg, requests, cost=cost, on_progress=on_progress).run()
