@@ -108,7 +108,9 @@ class Request:
     owned_end_page: int = 0
     # Output tokens produced so far (colocated decode).
     output_len: int = 0
-    head_defers: int = 0  # passes this request was the deferred head (affinity)
+    head_defers: int = 0  # passes in which affinity skipped this request
+    # Last match length in units: lets the next match confirm it in two lookups.
+    match_hint: int = 0
 
     # ---- metrics ----
     first_scheduled_time: float | None = None

@@ -117,6 +117,8 @@ def check_invariants(
                 f"lane {i}: free {pool.free[i]} + cached {pool.cached[i]} + owned "
                 f"{pool.owned[i]} != capacity {pool.capacity[i]}"
             )
+    if pool.free_total != sum(pool.free):
+        _fail(f"pool free_total {pool.free_total} != sum of lanes {sum(pool.free)}")
     if owned_ranges is not None:
         owned = [0] * r
         for start, end in owned_ranges:

@@ -26,7 +26,16 @@ def lane_split(start_page: int, n_pages: int, cp_size: int) -> list[int]:
 class KVPool:
     """Per-lane page accounting: free, cached (prefix cache) and request-owned pages."""
 
-    __slots__ = ("cached", "capacity", "cp_size", "free", "owned", "page_size", "total_pages")
+    __slots__ = (
+        "cached",
+        "capacity",
+        "cp_size",
+        "free",
+        "free_total",
+        "owned",
+        "page_size",
+        "total_pages",
+    )
 
     def __init__(self, total_pages: int, page_size: int, cp_size: int = 1) -> None:
         if total_pages < cp_size or page_size <= 0 or cp_size <= 0:
@@ -39,18 +48,19 @@ class KVPool:
         self.cp_size = cp_size
         self.capacity = lane_split(0, total_pages, cp_size)
         self.free = list(self.capacity)
+        self.free_total = total_pages  # NOTE: always sum(self.free)
         self.cached = [0] * cp_size
         self.owned = [0] * cp_size
 
     # ---- totals ----
     @property
     def free_pages(self) -> int:
-        return sum(self.free)
+        return self.free_total
 
     @property
     def available_size(self) -> int:
         """Free tokens (upstream ``allocator.available_size()``)."""
-        return sum(self.free) * self.page_size
+        return self.free_total * self.page_size
 
     @property
     def max_lane_pages(self) -> int:
@@ -73,6 +83,7 @@ class KVPool:
         for i, n in enumerate(lanes):
             self.free[i] -= n
             self.owned[i] += n
+        self.free_total -= sum(lanes)
         return True
 
     def release_owned(self, lanes: list[int]) -> None:
@@ -80,6 +91,7 @@ class KVPool:
         for i, n in enumerate(lanes):
             self.owned[i] -= n
             self.free[i] += n
+        self.free_total += sum(lanes)
 
     def owned_to_cached(self, lanes: list[int]) -> None:
         for i, n in enumerate(lanes):
@@ -93,6 +105,7 @@ class KVPool:
         for i, n in enumerate(lanes):
             self.free[i] -= n
             self.cached[i] += n
+        self.free_total -= sum(lanes)
         return True
 
     def release_cached(self, lanes: list[int]) -> None:
@@ -100,3 +113,4 @@ class KVPool:
         for i, n in enumerate(lanes):
             self.cached[i] -= n
             self.free[i] += n
+        self.free_total += sum(lanes)

@@ -96,14 +96,20 @@ class PrefixCache:
         return self.evictable_pages + self.protected_pages
 
     # ------------------------------------------------------------------ match
-    def match(self, keys: list[int], max_units: int) -> MatchResult:
-        """Longest cached prefix of ``keys[:max_units]`` (device + host). Never mutates."""
+    def match(self, keys: list[int], max_units: int, hint: int = 0) -> MatchResult:
+        """Longest cached prefix of ``keys[:max_units]`` (device + host). Never mutates.
+
+        ``hint`` is a previous match length of the same chain: when it is still exact
+        (two lookups confirm it) the binary search is skipped. Any hint is safe.
+        """
         index = self.index
         root = self.root
         if max_units <= 0 or keys[0] not in index:
             return MatchResult(root, 0, root, 0)
         if keys[max_units - 1] in index:
             c = max_units
+        elif 0 < hint < max_units and keys[hint - 1] in index and keys[hint] not in index:
+            c = hint
         else:
             lo, hi = 1, max_units - 1  # keys[lo-1] in index, keys[hi] not
             while lo < hi:
