@@ -1,0 +1,575 @@
+"""Report plots: each function writes one PNG and returns its path.
+
+Matplotlib runs on the non-interactive Agg backend (no display needed). Every variant
+keeps the same colour in every plot (its position in the ``runs`` list picks it from
+:data:`PALETTE`). Empty inputs give a plot with a "no data" note rather than an error.
+:func:`plot_affinity` is the one exception to "always a PNG": when every skip/defer count
+is zero it writes nothing and returns ``None`` (the report shows a note instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.axis import Axis
+from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullFormatter
+
+from prefillkit.report.rundir import RunData
+
+__all__ = [
+    "DPI",
+    "FIGSIZE",
+    "PALETTE",
+    "PLOTS",
+    "PlotSpec",
+    "plot_affinity",
+    "plot_batches",
+    "plot_cache_split",
+    "plot_queue_length",
+    "plot_ttft_cdf",
+    "plot_ttft_over_time",
+    "render_plots",
+    "variant_colors",
+    "variant_labels",
+]
+
+FIGSIZE: tuple[float, float] = (8.0, 4.5)
+FIGSIZE_TALL: tuple[float, float] = (8.0, 6.0)
+DPI = 110
+# Colour-blind-friendly (Okabe-Ito order, then tab10 for more variants).
+PALETTE: tuple[str, ...] = (
+    "#0072B2",
+    "#D55E00",
+    "#009E73",
+    "#CC79A7",
+    "#E69F00",
+    "#56B4E9",
+    "#000000",
+    "#F0E442",
+    "#8c564b",
+    "#7f7f7f",
+)
+# Device / host / recomputed tokens in the cache split.
+_SPLIT_COLORS = ("#2a9d8f", "#e9c46a", "#e76f51")
+
+Runs = Sequence[RunData]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def variant_labels(runs: Runs) -> list[str]:
+    """Run names, made unique (``name``, ``name #2``, ...) for legends and tick labels."""
+    seen: dict[str, int] = {}
+    out: list[str] = []
+    for run in runs:
+        n = seen.get(run.name, 0) + 1
+        seen[run.name] = n
+        out.append(run.name if n == 1 else f"{run.name} #{n}")
+    return out
+
+
+def variant_colors(runs: Runs) -> list[str]:
+    """Colour of each run, by position: the same variant keeps its colour in every plot."""
+    return [PALETTE[i % len(PALETTE)] for i in range(len(runs))]
+
+
+def _new_figure(size: tuple[float, float] = FIGSIZE, rows: int = 1) -> tuple[Figure, list[Axes]]:
+    fig, axes = plt.subplots(rows, 1, figsize=size, dpi=DPI, sharex=rows > 1, squeeze=False)
+    return fig, list(axes[:, 0])
+
+
+def _save(fig: Figure, out_path: str | Path) -> Path:
+    path = Path(out_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight", format="png", metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def _no_data(ax: Axes, message: str = "no data") -> None:
+    ax.text(
+        0.5,
+        0.5,
+        message,
+        ha="center",
+        va="center",
+        transform=ax.transAxes,
+        fontsize=13,
+        color="#666666",
+    )
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _legend(ax: Axes, n_entries: int) -> None:
+    """Legend outside the plot area, on the right, so it never hides data."""
+    if n_entries == 0:
+        return
+    ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        borderaxespad=0.0,
+        frameon=False,
+        fontsize=9,
+    )
+
+
+def _col(run: RunData, table: str, name: str) -> np.ndarray:
+    cols = run.requests if table == "requests" else run.batches
+    arr = cols.get(name)
+    if arr is None:
+        return np.zeros(0, dtype=float)
+    try:
+        return np.asarray(arr, dtype=float)
+    except (TypeError, ValueError):
+        return np.full(len(arr), np.nan)
+
+
+def _log_seconds(axis: Axis) -> None:
+    """Log-scaled seconds axis with plain tick labels (0.05, 0.1, 0.2, 0.5, 1, ...)."""
+    axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0), numticks=12))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _auto_bins(n_points: int, max_bins: int) -> int:
+    """About eight batches per bin, between 5 and ``max_bins`` bins."""
+    return int(min(max_bins, max(5, n_points // 8)))
+
+
+def _style(ax: Axes) -> None:
+    ax.grid(True, which="major", alpha=0.3)
+    ax.spines["top"].set_visible(False)
+    ax.spines["right"].set_visible(False)
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def plot_ttft_cdf(runs: Runs, out_path: str | Path) -> Path:
+    """Empirical CDF of TTFT per variant (finished requests), log-scaled seconds."""
+    fig, (ax,) = _new_figure()
+    ax.set_title("TTFT distribution (finished requests)")
+    entries = 0
+    for run, label, color in zip(runs, variant_labels(runs), variant_colors(runs), strict=True):
+        t = run.finished_ttft()
+        t = np.sort(t[t > 0])
+        if len(t) == 0:
+            continue
+        y = np.arange(1, len(t) + 1) / len(t)
+        p99 = float(np.quantile(t, 0.99))
+        ax.step(t, y, where="post", color=color, lw=1.8, label=f"{label} (p99 {_sec(p99)})")
+        entries += 1
+    if entries == 0:
+        _no_data(ax, "no finished requests")
+    else:
+        ax.set_xscale("log")
+        _log_seconds(ax.xaxis)
+        for q in (0.5, 0.9, 0.99):
+            ax.axhline(q, color="#999999", lw=0.8, ls=":")
+            ax.text(
+                1.0,
+                q,
+                f" p{q * 100:g}",
+                transform=ax.get_yaxis_transform(),
+                va="center",
+                fontsize=8,
+                color="#666666",
+            )
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("TTFT (s, log scale)")
+        ax.set_ylabel("fraction of requests")
+        _style(ax)
+        _legend_right_of_labels(ax, entries)
+    return _save(fig, out_path)
+
+
+def _legend_right_of_labels(ax: Axes, n_entries: int) -> None:
+    # Leave room for the p50/p90/p99 tags drawn just right of the axes.
+    if n_entries:
+        ax.legend(
+            loc="upper left",
+            bbox_to_anchor=(1.08, 1.0),
+            borderaxespad=0.0,
+            frameon=False,
+            fontsize=9,
+        )
+
+
+def plot_ttft_over_time(runs: Runs, out_path: str | Path) -> Path:
+    """TTFT of each finished request against its arrival time, one colour per variant."""
+    fig, (ax,) = _new_figure()
+    ax.set_title("TTFT over arrival time (finished requests)")
+    entries = 0
+    many = sum(len(r.finished_ttft()) for r in runs) > 5000
+    for run, label, color in zip(runs, variant_labels(runs), variant_colors(runs), strict=True):
+        if run.num_requests == 0:
+            continue
+        mask = run.finished_mask()
+        x = _col(run, "requests", "arrival_s")[mask]
+        y = _col(run, "requests", "ttft_s")[mask]
+        ok = np.isfinite(x) & np.isfinite(y) & (y > 0)
+        if not ok.any():
+            continue
+        ax.scatter(
+            x[ok],
+            y[ok],
+            s=4 if many else 9,
+            alpha=0.45 if many else 0.6,
+            color=color,
+            edgecolors="none",
+            label=label,
+            rasterized=True,
+        )
+        entries += 1
+    if entries == 0:
+        _no_data(ax, "no finished requests")
+    else:
+        ax.set_yscale("log")
+        _log_seconds(ax.yaxis)
+        ax.set_xlabel("arrival time (s)")
+        ax.set_ylabel("TTFT (s, log scale)")
+        _style(ax)
+        legend = ax.legend(
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            borderaxespad=0.0,
+            frameon=False,
+            fontsize=9,
+            markerscale=2.5,
+        )
+        for handle in legend.legend_handles:  # opaque legend markers
+            if handle is not None:
+                handle.set_alpha(1.0)
+    return _save(fig, out_path)
+
+
+def queue_length_series(run: RunData) -> tuple[np.ndarray, np.ndarray]:
+    """Waiting-queue length as a step function ``(times, lengths)`` from requests.csv.
+
+    A request waits from ``arrival_s`` until ``first_scheduled_s``. Rejected requests never
+    wait; a request that was never scheduled (unfinished) waits until the end of the data.
+    Events at the same instant are merged, so the series never dips below zero.
+    """
+    if run.num_requests == 0:
+        return np.zeros(0), np.zeros(0)
+    arrival = _col(run, "requests", "arrival_s")
+    sched = _col(run, "requests", "first_scheduled_s")
+    status = run.requests.get("status")
+    keep = np.isfinite(arrival)
+    if status is not None:
+        keep &= status != "rejected"
+    arrival, sched = arrival[keep], sched[keep]
+    if len(arrival) == 0:
+        return np.zeros(0), np.zeros(0)
+    done = np.isfinite(sched) & (sched >= arrival)
+    times = np.concatenate([arrival, sched[done]])
+    deltas = np.concatenate([np.ones(len(arrival)), -np.ones(int(done.sum()))])
+    uniq, inv = np.unique(times, return_inverse=True)
+    length = np.cumsum(np.bincount(inv, weights=deltas, minlength=len(uniq)))
+    return uniq, np.maximum(length, 0.0)
+
+
+def plot_queue_length(runs: Runs, out_path: str | Path) -> Path:
+    """Waiting-queue length over time (arrival → first scheduled), step function per variant."""
+    fig, (ax,) = _new_figure()
+    ax.set_title("Waiting queue length over time")
+    entries = 0
+    for run, label, color in zip(runs, variant_labels(runs), variant_colors(runs), strict=True):
+        t, q = queue_length_series(run)
+        if len(t) == 0:
+            continue
+        t = np.concatenate([[t[0]], t])
+        q = np.concatenate([[0.0], q])
+        ax.step(t, q, where="post", color=color, lw=1.4, label=f"{label} (max {q.max():.0f})")
+        entries += 1
+    if entries == 0:
+        _no_data(ax, "no request arrivals")
+    else:
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("waiting requests")
+        ax.set_ylim(bottom=0)
+        _style(ax)
+        _legend(ax, entries)
+    return _save(fig, out_path)
+
+
+def _binned_mean(x: np.ndarray, y: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of ``y`` in ``bins`` equal-width bins of ``x`` (empty bins dropped)."""
+    if len(x) == 0:
+        return np.zeros(0), np.zeros(0)
+    lo, hi = float(x.min()), float(x.max())
+    if hi <= lo:
+        return np.array([lo]), np.array([float(y.mean())])
+    edges = np.linspace(lo, hi, bins + 1)
+    idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)
+    counts = np.bincount(idx, minlength=bins)
+    sums = np.bincount(idx, weights=y, minlength=bins)
+    centers = (edges[:-1] + edges[1:]) / 2
+    ok = counts > 0
+    return centers[ok], sums[ok] / counts[ok]
+
+
+def plot_batches(runs: Runs, out_path: str | Path, *, max_bins: int = 60) -> Path:
+    """Batch size (top) and extend / cached tokens per batch (bottom) over time.
+
+    Points are the individual batches; lines are means over equal time bins (about eight
+    batches per bin, at most ``max_bins``) so that variants stay comparable when there are
+    thousands of batches.
+    """
+    n_max = max((r.num_batches for r in runs), default=0)
+    bins = _auto_bins(n_max, max_bins)
+    fig, (ax_size, ax_tok) = _new_figure(FIGSIZE_TALL, rows=2)
+    ax_size.set_title("Batches over time")
+    entries = 0
+    tok_entries = 0
+    for run, label, color in zip(runs, variant_labels(runs), variant_colors(runs), strict=True):
+        start = _col(run, "batches", "start_s")
+        size = _col(run, "batches", "size")
+        ok = np.isfinite(start) & np.isfinite(size)
+        if not ok.any():
+            continue
+        x, s = start[ok], size[ok]
+        ax_size.scatter(x, s, s=8, alpha=0.3, color=color, edgecolors="none", rasterized=True)
+        bx, bs = _binned_mean(x, s, bins)
+        ax_size.plot(bx, bs, color=color, lw=1.6, label=label)
+        entries += 1
+        for col, ls, what in (("extend_tokens", "-", "extend"), ("cached_tokens", "--", "cached")):
+            v = _col(run, "batches", col)
+            if len(v) != len(start):
+                continue
+            okv = np.isfinite(start) & np.isfinite(v)
+            if not okv.any():
+                continue
+            tx, tv = _binned_mean(start[okv], v[okv], bins)
+            ax_tok.plot(tx, tv, color=color, ls=ls, lw=1.5, label=f"{label}: {what}")
+            tok_entries += 1
+    if entries == 0:
+        _no_data(ax_size, "no batches")
+        _no_data(ax_tok, "no batches")
+    else:
+        ax_size.set_ylabel("batch size (requests)")
+        ax_size.set_ylim(bottom=0)
+        _style(ax_size)
+        _legend(ax_size, entries)
+        if tok_entries == 0:
+            _no_data(ax_tok, "no token counts")
+        else:
+            ax_tok.set_ylabel("tokens per batch")
+            ax_tok.set_ylim(bottom=0)
+            ax_tok.yaxis.set_major_formatter(EngFormatter(sep=""))
+            _style(ax_tok)
+            _legend(ax_tok, tok_entries)
+        ax_tok.set_xlabel(f"batch start time (s); lines: mean over {bins} time bins")
+        ax_tok.tick_params(labelbottom=True)
+    return _save(fig, out_path)
+
+
+def cache_split(run: RunData) -> tuple[float, float, float]:
+    """Total ``(device_hit, host_hit, recomputed)`` tokens over the run's requests."""
+    if run.num_requests == 0:
+        return 0.0, 0.0, 0.0
+    out = []
+    for col in ("device_hit_tokens", "host_hit_tokens", "recomputed_tokens"):
+        v = _col(run, "requests", col)
+        out.append(float(np.nansum(v)) if len(v) else 0.0)
+    return out[0], out[1], out[2]
+
+
+def plot_cache_split(runs: Runs, out_path: str | Path) -> Path:
+    """Stacked bars per variant: share of prompt tokens hit on device, on host, recomputed."""
+    fig, (ax,) = _new_figure()
+    ax.set_title("Prompt tokens by source: device hit / host hit / recomputed")
+    labels = variant_labels(runs)
+    splits = np.array([cache_split(r) for r in runs], dtype=float).reshape(-1, 3)
+    totals = splits.sum(axis=1) if len(splits) else np.zeros(0)
+    if len(runs) == 0 or not (totals > 0).any():
+        _no_data(ax, "no token counts")
+        return _save(fig, out_path)
+    shares = (
+        np.divide(splits, totals[:, None], out=np.zeros_like(splits), where=totals[:, None] > 0)
+        * 100
+    )
+    x = np.arange(len(runs))
+    bottom = np.zeros(len(runs))
+    names = ("device hit", "host hit", "recomputed")
+    width = 0.6 if len(runs) > 1 else 0.4
+    for k, (name, color) in enumerate(zip(names, _SPLIT_COLORS, strict=True)):
+        bars = ax.bar(
+            x,
+            shares[:, k],
+            width,
+            bottom=bottom,
+            color=color,
+            label=name,
+            edgecolor="white",
+            linewidth=0.6,
+        )
+        for rect, share in zip(bars, shares[:, k], strict=True):
+            if share >= 6:
+                ax.text(
+                    rect.get_x() + rect.get_width() / 2,
+                    rect.get_y() + rect.get_height() / 2,
+                    f"{share:.0f}%",
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color="#222222",
+                )
+        bottom += shares[:, k]
+    for xi, total in zip(x, totals, strict=True):
+        ax.text(
+            xi, 101, f"{_tokens(total)} tok", ha="center", va="bottom", fontsize=8, color="#444444"
+        )
+    ax.set_xticks(
+        x, labels, rotation=0 if len(runs) <= 4 else 25, ha="center" if len(runs) <= 4 else "right"
+    )
+    for tick, color in zip(ax.get_xticklabels(), variant_colors(runs), strict=True):
+        tick.set_color(color)
+        tick.set_fontweight("bold")
+    ax.set_ylim(0, 110)
+    ax.set_yticks([0, 20, 40, 60, 80, 100])
+    ax.set_ylabel("share of prompt tokens (%)")
+    ax.set_xlabel("variant (total prompt tokens above each bar)")
+    _style(ax)
+    ax.grid(False, axis="x")
+    _legend(ax, 3)
+    return _save(fig, out_path)
+
+
+def affinity_counts(run: RunData) -> dict[str, float]:
+    """Affinity skip / defer / stop counts of a run (summary metrics, else CSV sums)."""
+    out: dict[str, float] = {}
+    fallback = {
+        "affinity_skips": ("batches", "skips"),
+        "affinity_defers": ("batches", "defers"),
+        "affinity_stops": None,
+    }
+    for key, src in fallback.items():
+        value = run.metric(key)
+        if value is None and src is not None:
+            v = _col(run, src[0], src[1])
+            value = float(np.nansum(v)) if len(v) else None
+        out[key] = float(value) if value is not None else 0.0
+    return out
+
+
+def plot_affinity(runs: Runs, out_path: str | Path) -> Path | None:
+    """Grouped bars of affinity skip / defer / stop counts per variant.
+
+    Returns ``None`` and writes nothing when every count is zero (nothing to show).
+    """
+    counts = [affinity_counts(r) for r in runs]
+    kinds = [
+        ("affinity_skips", "skips"),
+        ("affinity_defers", "defers"),
+        ("affinity_stops", "stops"),
+    ]
+    kinds = [(k, n) for k, n in kinds if any(c[k] > 0 for c in counts)]
+    if not kinds:
+        return None
+    fig, (ax,) = _new_figure()
+    ax.set_title("Cache-affinity decisions per variant")
+    labels = variant_labels(runs)
+    colors = variant_colors(runs)
+    group = np.arange(len(kinds))
+    width = 0.8 / max(1, len(runs))
+    ymax = max(c[k] for c in counts for k, _ in kinds)
+    for i, (c, label, color) in enumerate(zip(counts, labels, colors, strict=True)):
+        vals = [c[k] for k, _ in kinds]
+        xs = group - 0.4 + width * (i + 0.5)
+        ax.bar(xs, vals, width * 0.92, color=color, label=label)
+        for xv, v in zip(xs, vals, strict=True):
+            ax.text(xv, v + ymax * 0.01, f"{v:,.0f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(group, [n for _, n in kinds])
+    ax.set_ylim(0, ymax * 1.12)
+    ax.set_ylabel("count (decisions)")
+    ax.set_xlabel("affinity decision")
+    _style(ax)
+    ax.grid(False, axis="x")
+    _legend(ax, len(runs))
+    return _save(fig, out_path)
+
+
+# --------------------------------------------------------------------------- all plots
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    """One report plot: file stem, heading, caption, and the function drawing it."""
+
+    key: str
+    title: str
+    caption: str
+    func: Callable[[Runs, Path], Path | None]
+    skipped_note: str = ""
+
+
+PLOTS: tuple[PlotSpec, ...] = (
+    PlotSpec(
+        "ttft_cdf",
+        "TTFT distribution",
+        "Empirical CDF of time to first token over finished requests (log x axis).",
+        plot_ttft_cdf,
+    ),
+    PlotSpec(
+        "ttft_over_time",
+        "TTFT over arrival time",
+        "Each point is one finished request: its TTFT against its arrival time.",
+        plot_ttft_over_time,
+    ),
+    PlotSpec(
+        "queue_length",
+        "Waiting queue length",
+        "Requests waiting between arrival and first scheduling (from requests.csv).",
+        plot_queue_length,
+    ),
+    PlotSpec(
+        "batches",
+        "Batches over time",
+        "Batch size and extend / cached tokens per batch (from batches.csv).",
+        plot_batches,
+    ),
+    PlotSpec(
+        "cache_split",
+        "Cache-hit split",
+        "Prompt tokens served from the device cache, loaded back from host, or recomputed.",
+        plot_cache_split,
+    ),
+    PlotSpec(
+        "affinity",
+        "Affinity skips and defers",
+        "How often the cache-affinity policy skipped, deferred or stopped admission.",
+        plot_affinity,
+        skipped_note="All affinity skip / defer / stop counts are zero: plot omitted.",
+    ),
+)
+
+
+def render_plots(runs: Runs, out_dir: str | Path) -> dict[str, Path | None]:
+    """Draw every plot of :data:`PLOTS` into ``out_dir``; ``None`` marks a skipped plot."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return {spec.key: spec.func(runs, out / f"{spec.key}.png") for spec in PLOTS}
+
+
+def _sec(value: float) -> str:
+    return f"{value * 1000:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+
+def _tokens(value: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= div:
+            return f"{value / div:.3g}{suffix}"
+    return f"{value:.0f}"
