@@ -1,0 +1,855 @@
+"""The ``prefillkit`` command line: ``replay``, ``trace-stats`` and ``knobs``.
+
+Every :class:`~prefillkit.config.Config` field is a flag of ``replay``, spelled as SGLang
+spells it (``--chunked-prefill-size``); the flags left over after click's own options are
+parsed by :func:`prefillkit.config.parse_flags`, so spelling, aliases and validation are
+exactly the config's. ``replay --help`` lists them all, grouped, from the config's
+field metadata.
+
+Exit codes: 0 success, 2 bad usage / config / input (one line
+``prefillkit: error: <message>`` on stderr, never a traceback), 130 interrupted.
+Set ``PREFILLKIT_DEBUG=1`` to get tracebacks instead.
+
+Shared building blocks for further subcommands live in :mod:`prefillkit.runner`; the
+helpers here (:func:`config_flags_epilog`, :func:`echo_err`, :class:`ConfigFlagsCommand`,
+:func:`print_summary_table`) are meant for them too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import json
+import math
+import os
+import re
+import sys
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from prefillkit import __version__
+from prefillkit.config import GROUPS, Config, ConfigError, field_flag, knob_table
+from prefillkit.runner import (
+    DEFAULT_DEPLOYMENT,
+    GENERATORS,
+    InputError,
+    WorkloadSpec,
+    build_config,
+    load_requests,
+    lru_hit_rate,
+    make_replay_options,
+    run_replay,
+)
+from prefillkit.sim.engine import Engine, SimConfigError
+from prefillkit.sim.output import json_ready, summary_document, write_run
+from prefillkit.workloads.errors import WorkloadError
+from prefillkit.workloads.generators import generated_shared_prefix, multi_turn_agentic
+from prefillkit.workloads.record import to_request
+from prefillkit.workloads.replay import FORMATS, ReplayOptions, detect_format, load_records
+from prefillkit.workloads.stats import trace_stats
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "ConfigFlagsCommand",
+    "cli",
+    "config_flags_epilog",
+    "echo_err",
+    "main",
+    "print_summary_table",
+    "run",
+]
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+CONTEXT_SETTINGS: dict[str, Any] = {
+    "help_option_names": ["-h", "--help"],
+    "max_content_width": 100,
+}
+
+FORMAT_CHOICES: tuple[str, ...] = ("auto", *FORMATS)
+
+GROUP_TITLES: dict[str, str] = {
+    "memory": "KV memory",
+    "scheduler": "Scheduler",
+    "priority": "Priority scheduling",
+    "hicache": "Hierarchical cache (HiCache)",
+    "cp": "Tensor / context parallelism",
+    "affinity": "Cache-affinity admission",
+    "deployment": "Deployment and simulator",
+}
+
+
+def make_console() -> Console:
+    """A stdout console; 120 columns wide when stdout is not a terminal (unless COLUMNS)."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=120)
+
+
+def echo_err(message: str) -> None:
+    """One line on stderr."""
+    click.echo(message, err=True)
+
+
+# --------------------------------------------------------------------------- help text
+
+_TYPE_METAVARS: dict[type, str] = {int: "INTEGER", float: "FLOAT", str: "TEXT"}
+
+
+def _field_metavar(f: dataclasses.Field[Any], hints: dict[str, Any]) -> str:
+    hint = hints[f.name]
+    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+    if base is bool:
+        return "[true|false]"
+    return _TYPE_METAVARS.get(base, "VALUE")
+
+
+def config_flag_rows(
+    defaults: dict[str, object] | None = None,
+) -> dict[str, list[tuple[str, str]]]:
+    """``group -> [(flag + metavar, help [default])]`` for every Config field.
+
+    ``defaults`` are command defaults that replace the Config default in the text.
+    """
+    hints = typing.get_type_hints(Config)
+    table = {flag: (default, meaning) for flag, default, meaning in knob_table()}
+    rows: dict[str, list[tuple[str, str]]] = {g: [] for g in GROUPS}
+    for f in dataclasses.fields(Config):
+        flag = field_flag(f.name)
+        default, meaning = table[flag]
+        if defaults and f.name in defaults:
+            value = defaults[f.name]
+            shown = "true" if value is True else "false" if value is False else str(value)
+            default_text = f"[default: {shown}; Config default: {default}]"
+        else:
+            default_text = f"[default: {default}]"
+        rows[str(f.metadata["group"])].append(
+            (f"{flag} {_field_metavar(f, hints)}", f"{meaning} {default_text}")
+        )
+    return rows
+
+
+SGLANG_NOTES: list[tuple[str, str]] = [
+    ("--flag VALUE, --flag=VALUE", "Every config flag; 'none' sets an optional value to unset."),
+    ("--flag, --no-flag", "Booleans; also --flag=false or --flag true|false."),
+    ("--tp, --tensor-parallel-size", "Aliases of --tp-size."),
+    ("--attn-cp-size", "Alias of --cp-size."),
+    ("--disaggregation-mode prefill", "Same as --mode pd-prefill ('null' leaves --mode alone)."),
+    ("--disable-priority-preemption", "Same as --enable-priority-preemption=false."),
+    (
+        "--model-path, --host, --port, ...",
+        "Other SGLang launch flags are accepted and ignored (listed on stderr), so a "
+        "pasted launch command works.",
+    ),
+]
+
+
+def config_flags_epilog(
+    formatter: click.HelpFormatter, defaults: dict[str, object] | None = None
+) -> None:
+    """Write one help section per config group, then the SGLang compatibility notes."""
+    for group, rows in config_flag_rows(defaults).items():
+        if rows:
+            with formatter.section(f"{GROUP_TITLES.get(group, group)} (config flags)"):
+                formatter.write_dl(rows)
+    with formatter.section("SGLang spelling"):
+        formatter.write_dl(SGLANG_NOTES)
+
+
+class ConfigFlagsCommand(click.Command):
+    """A command that takes every Config field as a flag (parsed by ``parse_flags``).
+
+    Unknown options are left in ``ctx.args`` for :func:`prefillkit.runner.build_config`;
+    the help lists every config flag, grouped, after the command's own options.
+    ``config_defaults`` are shown as the defaults of the fields they set.
+    """
+
+    def __init__(
+        self,
+        name: str | None,
+        *,
+        config_defaults: dict[str, object] | None = None,
+        context_settings: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        settings = dict(context_settings or {})
+        settings.setdefault("ignore_unknown_options", True)
+        settings.setdefault("allow_extra_args", True)
+        super().__init__(name, context_settings=settings, **kwargs)
+        self.config_defaults = config_defaults
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        config_flags_epilog(formatter, self.config_defaults)
+        super().format_epilog(ctx, formatter)
+
+
+def _gen_default(fn: Callable[..., Any], name: str) -> str:
+    value = inspect.signature(fn).parameters[name].default
+    if isinstance(value, tuple):
+        return "..".join(str(v) for v in value)
+    return str(value)
+
+
+def _gsp_help(text: str, name: str) -> str:
+    return f"{text} [default: {_gen_default(generated_shared_prefix, name)}]"
+
+
+def _agentic_help(text: str, name: str) -> str:
+    return f"{text} [default: {_gen_default(multi_turn_agentic, name)}]"
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _fmt_count(value: Any) -> str:
+    return "-" if value is None else f"{int(value):,}"
+
+
+def _fmt_seconds(value: Any) -> str:
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    if abs(value) < 1.0:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value:,.3f} s"
+
+
+def _fmt_pct(value: Any) -> str:
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    return f"{value * 100:.2f} %"
+
+
+def _fmt_float(value: Any, digits: int = 2) -> str:
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+_SUMMARY_ROWS: list[tuple[str, str, Callable[[Any], str]]] = [
+    ("requests", "requests", _fmt_count),
+    ("completed", "completed", _fmt_count),
+    ("rejected", "rejected", _fmt_count),
+    ("unfinished", "unfinished", _fmt_count),
+    ("ttft_p50_s", "TTFT p50", _fmt_seconds),
+    ("ttft_p90_s", "TTFT p90", _fmt_seconds),
+    ("ttft_p99_s", "TTFT p99", _fmt_seconds),
+    ("ttft_max_s", "TTFT max", _fmt_seconds),
+    ("ttft_mean_s", "TTFT mean", _fmt_seconds),
+    ("queueing_mean_s", "queueing mean", _fmt_seconds),
+    ("device_hit_rate", "device (L1) hit rate", _fmt_pct),
+    ("host_hit_rate", "host (L2) hit rate", _fmt_pct),
+    ("cache_hit_rate", "cache hit rate", _fmt_pct),
+    ("input_throughput_tok_s", "input throughput (tok/s)", lambda v: _fmt_float(v, 0)),
+    ("executor_utilization", "executor utilization", _fmt_pct),
+    ("num_batches", "prefill batches", _fmt_count),
+    ("mean_batch_size", "mean batch size", _fmt_float),
+    ("mean_chunks_per_request", "chunks per request", _fmt_float),
+    ("preemptions", "preemptions", _fmt_count),
+    ("retractions", "retractions", _fmt_count),
+    ("evicted_pages", "evicted pages", _fmt_count),
+    ("sim_duration_s", "simulated time", _fmt_seconds),
+]
+
+
+def print_summary_table(doc: dict[str, Any], *, wall_time_s: float | None = None) -> None:
+    """Print a run's summary document (``summary.json`` shape) as a rich table on stdout."""
+    cfg = doc.get("config", {})
+    wl = doc.get("workload", {})
+    metrics = doc.get("metrics", {})
+    title = f"prefillkit replay: {doc.get('name', '')}"
+    if doc.get("partial"):
+        title += " (partial)"
+    deployment = (
+        f"{cfg.get('model')} on {cfg.get('tp_size')}x{cfg.get('gpu')}, CP {cfg.get('cp_size')}"
+        f"{' shared-KV' if cfg.get('enable_cp_shared_kv') else ''}"
+        f"{', HiCache' if cfg.get('enable_hierarchical_cache') else ''}, {cfg.get('mode')}, "
+        f"{cfg.get('schedule_policy')}"
+    )
+    table = Table(title=title, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right", no_wrap=True)
+    for key, label, fmt in _SUMMARY_ROWS:
+        if key in metrics:
+            table.add_row(label, fmt(metrics[key]))
+    if wall_time_s is not None:
+        table.add_section()
+        table.add_row("wall time", _fmt_seconds(wall_time_s))
+    console = make_console()
+    console.print(f"workload: {wl.get('source', '-')}", markup=False, highlight=False)
+    console.print(f"deployment: {deployment}", markup=False, highlight=False)
+    console.print(table)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, prog_name="prefillkit")
+def cli() -> None:
+    """Cache-aware prefill admission scheduler and trace-replay simulator."""
+
+
+def _unknown_flag_message(exc: ConfigError, command: click.Command) -> str:
+    """Improve parse_flags' 'unknown flag' error with suggestions among the command's
+    own options too."""
+    text = str(exc)
+    m = re.match(r"unknown flag '([^']+)'(?: \(did you mean '([^']+)'\?\))?$", text)
+    if m is None:
+        return text
+    flag, config_guess = m.group(1), m.group(2)
+    candidates = [o for p in command.params for o in p.opts if o.startswith("--")]
+    candidates += [field_flag(f.name) for f in dataclasses.fields(Config)]
+    if config_guess:
+        candidates.append(config_guess)
+    close = difflib.get_close_matches(flag, candidates, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"unknown flag '{flag}'{hint}; see 'prefillkit {command.name} --help'"
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source is not click.core.ParameterSource.DEFAULT
+
+
+_GSP_PARAMS: dict[str, str] = {
+    "gsp_num_groups": "num_groups",
+    "gsp_prompts_per_group": "prompts_per_group",
+    "gsp_system_prompt_len": "system_prompt_len",
+    "gsp_question_len": "question_len",
+    "gsp_output_len": "output_len",
+    "gsp_range_ratio": "range_ratio",
+    "gsp_num_turns": "num_turns",
+    "gsp_request_rate": "request_rate",
+    "gsp_group_distribution": "group_distribution",
+    "gsp_zipf_alpha": "zipf_alpha",
+    "gsp_ordered": "ordered",
+}
+_AGENTIC_PARAMS: dict[str, str] = {
+    "agentic_sessions": "num_sessions",
+    "agentic_system_prompt_len": "system_prompt_len",
+    "agentic_session_rate": "session_arrival_rate",
+}
+
+
+def _opt_flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _workload_spec(ctx: click.Context, params: dict[str, Any]) -> WorkloadSpec:
+    gsp_given = [n for n in _GSP_PARAMS if _given(ctx, n)]
+    agentic_given = [n for n in _AGENTIC_PARAMS if _given(ctx, n)]
+    trace = params["trace"]
+    generator = params["generator"]
+    if trace is not None:
+        extra = (["generator"] if generator is not None else []) + gsp_given + agentic_given
+        if extra:
+            raise InputError(f"{_opt_flag(extra[0])} does not apply with --trace (a trace file)")
+    else:
+        if _given(ctx, "fmt"):
+            raise InputError("--format needs --trace")
+        if generator is None:
+            generator = "gsp" if gsp_given and not agentic_given else "agentic"
+        wrong = agentic_given if generator == "gsp" else gsp_given
+        if wrong:
+            raise InputError(f"{_opt_flag(wrong[0])} does not apply to --generator {generator}")
+    if params["skip_bad_rows"] and trace is None:
+        raise InputError("--skip-bad-rows needs --trace")
+    mapping = _GSP_PARAMS if generator == "gsp" else _AGENTIC_PARAMS
+    generator_args = {mapping[n]: params[n] for n in (gsp_given + agentic_given)}
+    replay = make_replay_options(
+        time_scale=params["time_scale"],
+        rate=params["rate"],
+        max_requests=params["max_requests"],
+        start_s=params["start"],
+        duration_s=params["duration"],
+        spread_buckets=params["spread_buckets"],
+        skip_bad_rows=params["skip_bad_rows"],
+    )
+    return WorkloadSpec(
+        trace=trace,
+        fmt=params["fmt"],
+        block_size=params["block_size"],
+        generator=generator or "agentic",
+        generator_args=generator_args,
+        replay=replay,
+    )
+
+
+def _positive_float(min_open: bool = True) -> click.FloatRange:
+    return click.FloatRange(min=0.0, min_open=min_open)
+
+
+REPLAY_HELP = f"""Replay a trace (or a built-in workload) through the scheduler simulator.
+
+With no arguments, replays the built-in agentic multi-turn workload (multi_turn_agentic,
+seeded by --seed) on the default deployment, GLM-5 on 8xH200:
+
+\b
+  --tp-size {DEFAULT_DEPLOYMENT["tp_size"]} --cp-size {DEFAULT_DEPLOYMENT["cp_size"]} \
+--enable-cp-shared-kv --enable-hierarchical-cache
+
+Values you give (flags or --config) override these defaults; defaults that would
+contradict them are dropped (for example --tp-size 4 also drops --cp-size 8 and shared
+KV).
+
+Every config flag listed below can be given, spelled as SGLang spells it, so an SGLang
+launch command can be pasted. Ctrl-C stops the replay, writes the results so far marked
+partial and exits with status 130.
+"""
+
+
+@cli.command(
+    "replay",
+    cls=ConfigFlagsCommand,
+    config_defaults=DEFAULT_DEPLOYMENT,
+    help=REPLAY_HELP,
+    context_settings=CONTEXT_SETTINGS,
+)
+@click.option("--trace", metavar="PATH", help="Trace file to replay (default: a generator).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMAT_CHOICES),
+    default="auto",
+    show_default=True,
+    help="Trace format.",
+)
+@click.option(
+    "--block-size",
+    type=click.IntRange(min=1),
+    help="Tokens per hash block: overrides the Mooncake (512) / Bailian (16 or blksz_N) "
+    "default, or the agentic generator's block size.",
+)
+@click.option(
+    "--generator",
+    type=click.Choice(GENERATORS),
+    help="Built-in workload when no --trace is given: agentic (multi-turn agent sessions) "
+    "or gsp (SGLang generated-shared-prefix). [default: agentic, or gsp when a --gsp-* "
+    "option is given]",
+)
+@click.option(
+    "--agentic-sessions",
+    type=click.IntRange(min=1),
+    help=_agentic_help("Agentic: number of sessions.", "num_sessions"),
+)
+@click.option(
+    "--agentic-system-prompt-len",
+    type=click.IntRange(min=0),
+    help=_agentic_help("Agentic: shared system prompt tokens.", "system_prompt_len"),
+)
+@click.option(
+    "--agentic-session-rate",
+    type=_positive_float(),
+    help=_agentic_help("Agentic: session arrival rate (per second).", "session_arrival_rate"),
+)
+@click.option(
+    "--gsp-num-groups",
+    type=click.IntRange(min=1),
+    help=_gsp_help("GSP: system-prompt groups.", "num_groups"),
+)
+@click.option(
+    "--gsp-prompts-per-group",
+    type=click.IntRange(min=1),
+    help=_gsp_help("GSP: requests per group.", "prompts_per_group"),
+)
+@click.option(
+    "--gsp-system-prompt-len",
+    type=click.IntRange(min=0),
+    help=_gsp_help("GSP: system prompt tokens.", "system_prompt_len"),
+)
+@click.option(
+    "--gsp-question-len",
+    type=click.IntRange(min=1),
+    help=_gsp_help("GSP: question tokens.", "question_len"),
+)
+@click.option(
+    "--gsp-output-len",
+    type=click.IntRange(min=0),
+    help=_gsp_help("GSP: output tokens.", "output_len"),
+)
+@click.option(
+    "--gsp-range-ratio",
+    type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+    help=_gsp_help("GSP: lengths drawn from [len x ratio, len].", "range_ratio"),
+)
+@click.option(
+    "--gsp-num-turns",
+    type=click.IntRange(min=1),
+    help=_gsp_help("GSP: turns per conversation.", "num_turns"),
+)
+@click.option(
+    "--gsp-request-rate",
+    type=_positive_float(),
+    help=_gsp_help("GSP: Poisson request rate (inf: all at once).", "request_rate"),
+)
+@click.option(
+    "--gsp-group-distribution",
+    type=click.Choice(["uniform", "zipf"]),
+    help=_gsp_help("GSP: how requests are spread over groups.", "group_distribution"),
+)
+@click.option(
+    "--gsp-zipf-alpha",
+    type=_positive_float(),
+    help=_gsp_help("GSP: Zipf exponent (with zipf).", "zipf_alpha"),
+)
+@click.option(
+    "--gsp-ordered",
+    is_flag=True,
+    default=False,
+    help="GSP: keep requests in group order (no shuffle).",
+)
+@click.option(
+    "--time-scale",
+    type=_positive_float(),
+    default=1.0,
+    show_default=True,
+    help="Multiply arrival times (0.5 = twice as fast).",
+)
+@click.option(
+    "--rate", type=_positive_float(), help="Rescale arrivals to this mean request rate (req/s)."
+)
+@click.option(
+    "--max-requests", type=click.IntRange(min=1), help="Replay at most this many requests."
+)
+@click.option(
+    "--start",
+    type=click.FloatRange(min=0.0),
+    default=0.0,
+    show_default=True,
+    help="Window start (seconds, original timestamps).",
+)
+@click.option(
+    "--duration", type=_positive_float(), help="Window length in seconds (default: to the end)."
+)
+@click.option(
+    "--spread-buckets",
+    is_flag=True,
+    help="Spread requests sharing a quantised timestamp over their bucket.",
+)
+@click.option(
+    "--skip-bad-rows",
+    is_flag=True,
+    help="Skip (and count) malformed trace rows instead of failing.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE.toml",
+    help="TOML settings (top level or [prefillkit]); flags override it.",
+)
+@click.option(
+    "--out",
+    metavar="DIR",
+    help="Write summary.json, requests.csv and batches.csv into DIR (created if needed).",
+)
+@click.option("--name", help="Run name in summary.json [default: the --out folder's name].")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table."
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no notes on stderr.")
+@click.pass_context
+def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
+    try:
+        cfg, ignored = build_config(params["config_path"], ctx.args)
+    except ConfigError as exc:
+        raise ConfigError(_unknown_flag_message(exc, ctx.command)) from None
+    if ignored:
+        echo_err(f"ignored SGLang flags: {' '.join(dict.fromkeys(ignored))}")
+    spec = _workload_spec(ctx, params)
+    quiet: bool = params["quiet"]
+
+    out: str | None = params["out"]
+    if out is not None:
+        try:
+            Path(out).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot create folder: {_os_reason(exc)}") from None
+    name: str = params["name"] or (Path(out).resolve().name if out else "replay")
+
+    workload = load_requests(spec, cfg)
+    if workload.skipped_rows:
+        line, reason = workload.skipped_rows[0]
+        echo_err(
+            f"skipped {len(workload.skipped_rows):,} bad rows of {spec.trace} "
+            f"(first: line {line}: {reason})"
+        )
+
+    def announce(engine: Engine) -> None:
+        if not quiet:
+            echo_err(
+                f"replaying {len(workload.requests):,} requests from "
+                f"{workload.info['source']} (Ctrl-C stops and keeps partial results)"
+            )
+
+    result = run_replay(
+        cfg,
+        workload.requests,
+        progress=not quiet and sys.stderr.isatty(),
+        on_start=announce,
+    )
+    doc = summary_document(result, name=name, config=cfg, workload=workload.info)
+    wall = result.summary.get("wall_time_s")
+    if out is not None:
+        try:
+            write_run(result, out, name=name, config=cfg, workload=workload.info)
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot write results: {_os_reason(exc)}") from None
+        if not quiet:
+            echo_err(f"wrote {out}/summary.json, requests.csv, batches.csv")
+    if params["as_json"]:
+        click.echo(json.dumps({**doc, "timing": json_ready({"wall_time_s": wall})}, indent=2))
+    else:
+        print_summary_table(doc, wall_time_s=wall)
+    if result.partial:
+        done = result.summary.get("completed", 0)
+        where = f"; partial results written to {out}" if out is not None else ""
+        echo_err(
+            f"prefillkit: interrupted: stopped after {done:,} of {len(result.requests):,} "
+            f"requests finished{where}"
+        )
+        ctx.exit(EXIT_INTERRUPTED)
+
+
+@cli.command("trace-stats", context_settings=CONTEXT_SETTINGS)
+@click.argument("path")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMAT_CHOICES),
+    default="auto",
+    show_default=True,
+    help="Trace format.",
+)
+@click.option(
+    "--block-size",
+    type=click.IntRange(min=1),
+    help="Tokens per hash block (Mooncake / Bailian override).",
+)
+@click.option(
+    "--lru-cache-tokens",
+    type=click.IntRange(min=1),
+    multiple=True,
+    metavar="N",
+    help="Also report the hit rate of an LRU prefix cache of N tokens (repeatable).",
+)
+@click.option(
+    "--page-size",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="KV page size of the LRU cache; token prompts are cut into blocks of this size.",
+)
+@click.option("--skip-bad-rows", is_flag=True, help="Skip (and count) malformed rows.")
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+def trace_stats_cmd(
+    path: str,
+    fmt: str,
+    block_size: int | None,
+    lru_cache_tokens: tuple[int, ...],
+    page_size: int,
+    skip_bad_rows: bool,
+    as_json: bool,
+) -> None:
+    """Statistics of a trace: size, rate, lengths and prefix-cache hit rates.
+
+    The ideal hit rate assumes an infinite cache: a block hits iff the same prefix
+    appeared in an earlier request. It is reported block level and token weighted,
+    each with a repeated partial last block counted as a hit (the trace README
+    convention: 36.64 % for the Mooncake conversation trace) and with a partial last
+    block never shared (what a paged prefix cache can reach: 36.60 %).
+
+    --lru-cache-tokens N replays the requests in order through an LRU prefix cache of
+    N tokens (pages of --page-size, key units of lcm(page, block) tokens) and reports
+    the token-weighted hit rate.
+    """
+    if block_size is not None and fmt in ("azure", "jsonl"):
+        raise InputError(f"--block-size does not apply to the {fmt} format")
+    real_fmt = detect_format(path) if fmt == "auto" else fmt
+    if block_size is not None and real_fmt in ("azure", "jsonl"):
+        raise InputError(f"--block-size does not apply to the {real_fmt} format")
+    records, skipped = load_records(
+        path, real_fmt, ReplayOptions(skip_bad_rows=skip_bad_rows), block_size=block_size
+    )
+    stats = trace_stats(records, token_block_size=page_size)
+    lru = []
+    if lru_cache_tokens:
+        requests = [to_request(r, page_size) for r in records]
+        try:
+            lru = [lru_hit_rate(requests, n, page_size) for n in lru_cache_tokens]
+        except SimConfigError as exc:
+            raise InputError(f"--lru-cache-tokens: {exc}") from None
+        for req in requests:  # free the key chains early
+            req.keys = []
+    if skipped:
+        line, reason = skipped[0]
+        echo_err(f"skipped {len(skipped):,} bad rows (first: line {line}: {reason})")
+
+    if as_json:
+        doc = {
+            "path": path,
+            "format": real_fmt,
+            "skipped_rows": len(skipped),
+            **stats.to_dict(),
+            "lru": [r.to_dict() for r in lru],
+        }
+        click.echo(json.dumps(json_ready(doc), indent=2))
+        return
+
+    console = make_console()
+    console.print(f"trace: {path} ({real_fmt})", markup=False, highlight=False)
+    overview = Table(title="trace", header_style="bold")
+    overview.add_column("statistic")
+    overview.add_column("value", justify="right", no_wrap=True)
+    overview.add_row("requests", f"{stats.num_requests:,}")
+    if skipped:
+        overview.add_row("skipped bad rows", f"{len(skipped):,}")
+    overview.add_row("span", f"{stats.span_s:,.1f} s ({stats.span_s / 60:,.1f} min)")
+    overview.add_row("mean rate", f"{stats.mean_rate:,.2f} req/s")
+    overview.add_row("total input tokens", f"{stats.total_tokens:,}")
+    overview.add_row("total blocks", f"{stats.total_blocks:,}")
+    overview.add_row("distinct blocks", f"{stats.distinct_blocks:,}")
+    overview.add_row(
+        "requests with prefix info", f"{stats.num_with_prefix_info:,} of {stats.num_requests:,}"
+    )
+    overview.add_row("requests with a hit", f"{stats.requests_with_hit:,}")
+    overview.add_row("requests hitting every block", f"{stats.requests_all_hit:,}")
+    console.print(overview)
+
+    lengths = Table(title="lengths", header_style="bold")
+    lengths.add_column("")
+    for col in ("mean", "p50", "p90", "p99", "max"):
+        lengths.add_column(col, justify="right", no_wrap=True)
+    for label, ls in (
+        ("input tokens", stats.input_len),
+        ("output tokens", stats.output_len),
+        ("blocks / request", stats.blocks_per_request),
+    ):
+        lengths.add_row(
+            label,
+            _fmt_float(ls.mean, 1),
+            _fmt_float(ls.p50, 0),
+            _fmt_float(ls.p90, 0),
+            _fmt_float(ls.p99, 0),
+            f"{ls.max:,}",
+        )
+    console.print(lengths)
+
+    ideal = Table(title="ideal hit rate (infinite cache)", header_style="bold")
+    ideal.add_column("weighting")
+    ideal.add_column("partial last block")
+    ideal.add_column("hit rate", justify="right", no_wrap=True)
+    ideal.add_row("blocks", "counts (trace README)", _fmt_pct(stats.block_hit_rate))
+    ideal.add_row("blocks", "never shared", _fmt_pct(stats.block_hit_rate_no_partial))
+    ideal.add_row("tokens", "counts", _fmt_pct(stats.token_hit_rate))
+    ideal.add_row("tokens", "never shared", _fmt_pct(stats.token_hit_rate_no_partial))
+    console.print(ideal)
+
+    if lru:
+        lru_table = Table(
+            title=f"LRU prefix cache (page {page_size}, key unit {lru[0].key_tokens} tokens)",
+            header_style="bold",
+        )
+        lru_table.add_column("cache tokens", justify="right", no_wrap=True)
+        lru_table.add_column("hit rate (tokens)", justify="right", no_wrap=True)
+        lru_table.add_column("larger than cache", justify="right", no_wrap=True)
+        for r in lru:
+            lru_table.add_row(
+                f"{r.cache_tokens:,}", _fmt_pct(r.hit_rate), f"{r.oversized_requests:,}"
+            )
+        console.print(lru_table)
+
+
+@cli.command("knobs", context_settings=CONTEXT_SETTINGS)
+@click.option("--markdown", is_flag=True, help="Print a Markdown table (for the README).")
+def knobs_cmd(markdown: bool) -> None:
+    """List every config knob: flag, default and meaning."""
+    groups = {f.name: str(f.metadata["group"]) for f in dataclasses.fields(Config)}
+    flag_group = {field_flag(n): g for n, g in groups.items()}
+    rows = knob_table()
+    if markdown:
+        lines = ["| flag | default | meaning |", "| --- | --- | --- |"]
+        for flag, default, meaning in rows:
+            cells = (f"`{flag}`", f"`{default}`", meaning.replace("|", "\\|"))
+            lines.append("| " + " | ".join(cells) + " |")
+        click.echo("\n".join(lines))
+        return
+    table = Table(title="prefillkit knobs", header_style="bold")
+    table.add_column("flag", no_wrap=True)
+    table.add_column("default", no_wrap=True)
+    table.add_column("meaning")
+    previous: str | None = None
+    for flag, default, meaning in rows:
+        group = flag_group[flag]
+        if previous is not None and group != previous:
+            table.add_section()
+        previous = group
+        table.add_row(flag, default, meaning)
+    make_console().print(table)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _os_reason(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    return " ".join(reason.split())
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _error(message: str) -> None:
+    echo_err(f"prefillkit: error: {_one_line(message)}")
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return its exit code (errors mapped to one line and code 2)."""
+    debug = os.environ.get("PREFILLKIT_DEBUG", "") not in ("", "0")
+    try:
+        rv = cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="prefillkit",
+            standalone_mode=False,
+        )
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        echo_err("prefillkit: interrupted")
+        return EXIT_INTERRUPTED
+    except click.ClickException as exc:
+        _error(exc.format_message())
+        return EXIT_USAGE
+    except (ConfigError, WorkloadError, SimConfigError, InputError) as exc:
+        if debug:
+            raise
+        _error(str(exc))
+        return EXIT_USAGE
+    except OSError as exc:
+        if debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        _error(f"{where}{_os_reason(exc)}")
+        return EXIT_USAGE
+    except ValueError as exc:
+        if debug:
+            raise
+        _error(str(exc) or type(exc).__name__)
+        return EXIT_USAGE
+    return rv if isinstance(rv, int) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console-script entry point (``prefillkit``)."""
+    sys.exit(run(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,474 @@
+"""Shared pieces of the command-line subcommands: config, workload, replay.
+
+- :func:`build_config`: a :class:`~prefillkit.config.Config` from an optional TOML file
+  plus SGLang-spelled flags, over the default deployment (:data:`DEFAULT_DEPLOYMENT`).
+- :func:`load_requests`: a trace file or a built-in generator as a :class:`Workload`
+  (requests ready to replay plus a JSON-ready description for ``summary.json``).
+- :func:`run_replay`: one simulation, with an optional progress bar on stderr and a
+  SIGINT handler that stops the replay cleanly (the result is then ``partial``).
+
+Errors are one-line exceptions: :class:`~prefillkit.config.ConfigError`,
+:class:`~prefillkit.workloads.errors.WorkloadError`,
+:class:`~prefillkit.sim.engine.SimConfigError` and :class:`InputError` (a bad option
+value that is neither a config field nor a trace problem).
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+import time
+import tomllib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from prefillkit.cache import KVPool, PrefixCache
+from prefillkit.config import Config, parse_flags
+from prefillkit.request import Request
+from prefillkit.sim.engine import Engine, SimResult, key_tokens_of
+from prefillkit.workloads.generators import generated_shared_prefix, multi_turn_agentic
+from prefillkit.workloads.record import TraceRecord, to_request
+from prefillkit.workloads.replay import (
+    FORMATS,
+    ReplayOptions,
+    detect_format,
+    load_records,
+    replay_records,
+)
+
+__all__ = [
+    "DEFAULT_DEPLOYMENT",
+    "GENERATORS",
+    "InputError",
+    "LruHitRate",
+    "Workload",
+    "WorkloadSpec",
+    "build_config",
+    "deployment_defaults",
+    "load_requests",
+    "lru_hit_rate",
+    "make_replay_options",
+    "run_replay",
+    "stop_on_sigint",
+]
+
+#: The deployment ``prefillkit replay`` simulates unless told otherwise: GLM-5 on 8×H200,
+#: CP 8 with shared KV, HiCache on (model/gpu are already the Config defaults).
+DEFAULT_DEPLOYMENT: dict[str, object] = {
+    "tp_size": 8,
+    "cp_size": 8,
+    "enable_cp_shared_kv": True,
+    "enable_hierarchical_cache": True,
+}
+
+#: Built-in workload generators (used when no trace file is given).
+GENERATORS: tuple[str, ...] = ("agentic", "gsp")
+
+
+class InputError(ValueError):
+    """A bad command-line value (one line, names the option)."""
+
+
+# --------------------------------------------------------------------------- config
+
+
+def _toml_table(path: str | Path) -> dict[str, object]:
+    """Best-effort raw settings of a TOML config (field names); ``{}`` when unreadable.
+
+    Only used to know which settings the file gives; ``Config.from_sources`` reads the
+    file again and reports every problem properly.
+    """
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+    table = data.get("prefillkit", data)
+    if not isinstance(table, dict):
+        return {}
+    return {str(k).replace("-", "_"): v for k, v in table.items()}
+
+
+def deployment_defaults(given: Mapping[str, object]) -> dict[str, object]:
+    """The :data:`DEFAULT_DEPLOYMENT` settings that apply on top of the user's ``given``.
+
+    A setting the user gives (in the file or as a flag) always wins. The defaults that
+    would contradict the user's settings are dropped rather than turned into errors:
+    ``cp_size`` 8 only when the user's ``tp_size`` (if any) is a multiple of 8, CP shared
+    KV only with ``cp_size > 1``, HiCache only when the user's ``--hicache-ratio`` /
+    ``--hicache-size`` allow it.
+    """
+    out: dict[str, object] = {}
+    if "tp_size" not in given:
+        out["tp_size"] = DEFAULT_DEPLOYMENT["tp_size"]
+    tp = given.get("tp_size", out.get("tp_size"))
+    default_cp = DEFAULT_DEPLOYMENT["cp_size"]
+    assert isinstance(default_cp, int)
+    if "cp_size" not in given and isinstance(tp, int) and tp > 0 and tp % default_cp == 0:
+        out["cp_size"] = default_cp
+    cp = given.get("cp_size", out.get("cp_size", 1))
+    if "enable_cp_shared_kv" not in given and isinstance(cp, int) and cp > 1:
+        out["enable_cp_shared_kv"] = DEFAULT_DEPLOYMENT["enable_cp_shared_kv"]
+    if "enable_hierarchical_cache" not in given:
+        ratio = given.get("hicache_ratio", 2.0)
+        size = given.get("hicache_size", 0)
+        ratio_ok = not isinstance(ratio, (int, float)) or ratio > 1.0
+        if size != 0 or ratio_ok:
+            out["enable_hierarchical_cache"] = DEFAULT_DEPLOYMENT["enable_hierarchical_cache"]
+    return out
+
+
+def build_config(
+    config_path: str | Path | None,
+    flag_args: Sequence[str],
+    *,
+    use_deployment_defaults: bool = True,
+) -> tuple[Config, list[str]]:
+    """``(Config, ignored SGLang flags)`` from a TOML file and SGLang-spelled flags.
+
+    Precedence (lowest first): ``Config`` defaults, :data:`DEFAULT_DEPLOYMENT` (see
+    :func:`deployment_defaults`; skipped with ``use_deployment_defaults=False``), the
+    TOML file, the flags. Raises ``ConfigError`` (one line, names the flag or key).
+    """
+    parsed = parse_flags(list(flag_args))
+    file_values = _toml_table(config_path) if config_path is not None else {}
+    overrides: dict[str, object] = {}
+    if use_deployment_defaults:
+        given = {**file_values, **parsed.values}
+        overrides.update(
+            (k, v) for k, v in deployment_defaults(given).items() if k not in file_values
+        )
+    overrides.update(parsed.values)
+    # from_sources reads the file (reporting any problem in it), then applies overrides.
+    return Config.from_sources(config_path, overrides), parsed.ignored
+
+
+# --------------------------------------------------------------------------- workload
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """What to replay: a trace file (``trace``) or else a built-in generator.
+
+    ``generator_args`` are keyword arguments of the generator function
+    (``multi_turn_agentic`` for ``"agentic"``, ``generated_shared_prefix`` for ``"gsp"``);
+    the seed always comes from the config. ``block_size`` overrides a trace's block size
+    (Mooncake / Bailian) or the agentic generator's.
+    """
+
+    trace: str | None = None
+    fmt: str = "auto"
+    block_size: int | None = None
+    generator: str = "agentic"
+    generator_args: Mapping[str, Any] = field(default_factory=dict)
+    replay: ReplayOptions = field(default_factory=ReplayOptions)
+
+
+@dataclass(slots=True)
+class Workload:
+    """A loaded workload.
+
+    ``requests`` are built for the config's page size and are mutated by a replay: for
+    another run call :meth:`fresh_requests` (cheap; rebuilds from ``records``).
+    """
+
+    requests: list[Request]
+    records: list[TraceRecord]
+    info: dict[str, Any]  # JSON-ready; goes into summary.json "workload"
+    skipped_rows: list[tuple[int, str]]
+
+    def fresh_requests(self, page_size: int) -> list[Request]:
+        return [to_request(r, page_size) for r in self.records]
+
+
+_REPLAY_FLAGS: dict[str, str] = {
+    "time_scale": "--time-scale",
+    "rate": "--rate",
+    "max_requests": "--max-requests",
+    "start_s": "--start",
+    "duration_s": "--duration",
+}
+
+
+def make_replay_options(
+    *,
+    time_scale: float = 1.0,
+    rate: float | None = None,
+    max_requests: int | None = None,
+    start_s: float = 0.0,
+    duration_s: float | None = None,
+    spread_buckets: bool = False,
+    skip_bad_rows: bool = False,
+) -> ReplayOptions:
+    """``ReplayOptions`` with errors as ``InputError`` naming the command-line option."""
+    if rate is not None and time_scale != 1.0:
+        raise InputError("give --rate or --time-scale, not both")
+    try:
+        return ReplayOptions(
+            time_scale=time_scale,
+            rate=rate,
+            max_requests=max_requests,
+            start_s=start_s,
+            duration_s=duration_s,
+            spread_buckets=spread_buckets,
+            skip_bad_rows=skip_bad_rows,
+        )
+    except ValueError as exc:
+        text = str(exc)
+        for name, flag in _REPLAY_FLAGS.items():
+            if text.startswith(name + " "):
+                text = flag + text[len(name) :]
+                break
+        raise InputError(text) from None
+
+
+def _replay_info(opts: ReplayOptions) -> dict[str, Any]:
+    return {
+        "time_scale": opts.time_scale,
+        "rate": opts.rate,
+        "max_requests": opts.max_requests,
+        "start_s": opts.start_s,
+        "duration_s": opts.duration_s,
+        "spread_buckets": opts.spread_buckets,
+    }
+
+
+def _generate(spec: WorkloadSpec, seed: int) -> tuple[list[TraceRecord], dict[str, Any]]:
+    args = dict(spec.generator_args)
+    if spec.generator == "agentic":
+        if spec.block_size is not None:
+            args["block_size"] = spec.block_size
+        fn: Callable[..., list[TraceRecord]] = multi_turn_agentic
+    elif spec.generator == "gsp":
+        if spec.block_size is not None:
+            raise InputError("--block-size does not apply to --generator gsp (token prompts)")
+        fn = generated_shared_prefix
+    else:
+        raise InputError(
+            f"--generator: unknown generator {spec.generator!r}; expected one of "
+            f"{', '.join(GENERATORS)}"
+        )
+    try:
+        records = fn(**args, seed=seed)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"--generator {spec.generator}: {' '.join(str(exc).split())}") from None
+    return records, {"generator": spec.generator, **args, "seed": seed}
+
+
+def load_requests(spec: WorkloadSpec, cfg: Config) -> Workload:
+    """Load ``spec`` as requests for ``cfg`` (its page size and seed).
+
+    Raises ``WorkloadError`` for trace problems (names the file and line) and
+    ``InputError`` for option values that do not fit the workload.
+    """
+    page_size = cfg.resolved_page_size
+    opts = spec.replay
+    skipped: list[tuple[int, str]] = []
+    if spec.trace is not None:
+        if spec.fmt != "auto" and spec.fmt not in FORMATS:
+            raise InputError(
+                f"--format: unknown trace format {spec.fmt!r}; expected one of "
+                f"{', '.join((*FORMATS, 'auto'))}"
+            )
+        real_fmt = detect_format(spec.trace) if spec.fmt == "auto" else spec.fmt
+        if spec.block_size is not None and real_fmt in ("azure", "jsonl"):
+            raise InputError(f"--block-size does not apply to the {real_fmt} format")
+        records, skipped = load_records(spec.trace, real_fmt, opts, block_size=spec.block_size)
+        info: dict[str, Any] = {
+            "source": f"{real_fmt}:{spec.trace}",
+            "kind": "trace",
+            "path": spec.trace,
+            "format": real_fmt,
+            "block_size": spec.block_size,
+        }
+    else:
+        generated, gen_info = _generate(spec, cfg.seed)
+        records = replay_records(generated, opts)
+        if not records:
+            raise InputError("the generated workload has no requests in the selected window")
+        info = {"source": f"generator:{spec.generator}", "kind": "generator", **gen_info}
+    info["requests"] = len(records)
+    info["skipped_rows"] = len(skipped)
+    info["replay"] = _replay_info(opts)
+    for key, value in list(info.items()):
+        if isinstance(value, float) and math.isinf(value):
+            info[key] = "inf"
+    requests = [to_request(r, page_size) for r in records]
+    return Workload(requests=requests, records=records, info=info, skipped_rows=skipped)
+
+
+# --------------------------------------------------------------------------- replay
+
+
+@contextmanager
+def stop_on_sigint(engine: Engine) -> Iterator[None]:
+    """While active, the first SIGINT sets ``engine.stop_requested`` (the run then ends
+    with a partial result); a second one raises ``KeyboardInterrupt``. Does nothing
+    outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if engine.stop_requested:
+            raise KeyboardInterrupt
+        engine.stop_requested = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr, refreshed at most every ``interval`` seconds."""
+
+    def __init__(self, description: str, interval: float = 0.2) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.progress = Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            auto_refresh=False,
+            transient=True,
+        )
+        self.task = self.progress.add_task(description, total=None)
+        self.interval = interval
+        self.last = 0.0
+
+    def __enter__(self) -> _ProgressBar:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def update(self, finished: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last < self.interval and finished < total:
+            return
+        self.last = now
+        self.progress.update(self.task, completed=finished, total=total)
+        self.progress.refresh()
+
+
+def run_replay(
+    cfg: Config,
+    requests: list[Request],
+    *,
+    progress: bool,
+    handle_sigint: bool = True,
+    description: str = "replay",
+    on_start: Callable[[Engine], None] | None = None,
+) -> SimResult:
+    """Simulate ``requests`` on ``cfg``'s deployment.
+
+    ``progress``: show a progress bar on stderr (the caller decides, e.g. only when stderr
+    is a terminal). ``handle_sigint``: Ctrl-C stops the replay and returns the result so
+    far with ``partial`` true (see :func:`stop_on_sigint`). ``on_start`` is called once
+    the engine is built and the handler installed, just before the run starts.
+    Raises ``SimConfigError`` / ``ConfigError`` for a deployment that cannot be simulated.
+    """
+    engine = Engine(cfg, requests)
+    bar = _ProgressBar(description) if progress else None
+    if bar is not None:
+        engine.on_progress = bar.update
+    with stop_on_sigint(engine) if handle_sigint else _nothing():
+        if on_start is not None:
+            on_start(engine)
+        if bar is None:
+            return engine.run()
+        with bar:
+            return engine.run()
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+# --------------------------------------------------------------------------- LRU hit rate
+
+
+@dataclass(frozen=True, slots=True)
+class LruHitRate:
+    """Token-weighted hit rate of a size-limited LRU prefix cache (see :func:`lru_hit_rate`)."""
+
+    cache_tokens: int
+    page_size: int
+    key_tokens: int
+    hit_tokens: int
+    total_tokens: int
+    oversized_requests: int  # requests larger than the whole cache (all misses)
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.total_tokens if self.total_tokens else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cache_tokens": self.cache_tokens,
+            "page_size": self.page_size,
+            "key_tokens": self.key_tokens,
+            "hit_rate": self.hit_rate,
+            "hit_tokens": self.hit_tokens,
+            "total_tokens": self.total_tokens,
+            "oversized_requests": self.oversized_requests,
+        }
+
+
+def lru_hit_rate(requests: Sequence[Request], cache_tokens: int, page_size: int) -> LruHitRate:
+    """Replay ``requests`` in order through an LRU prefix cache of ``cache_tokens`` tokens.
+
+    Per request: match its whole key chain, lock the match, allocate pages for the missing
+    key units (evicting LRU entries), insert them and unlock. A request whose missing
+    units do not fit even in an empty-enough cache counts all its misses and is not
+    inserted. The rate is token weighted: matched units × key-unit tokens over all prompt
+    tokens (a partial last unit never hits). No host tier, no concurrency.
+    """
+    pages = cache_tokens // page_size
+    if pages < 1:
+        raise InputError(
+            f"--lru-cache-tokens: {cache_tokens} is less than one page of {page_size} tokens"
+        )
+    key_tokens = key_tokens_of(list(requests), page_size)
+    cache = PrefixCache(KVPool(pages, page_size, 1), key_tokens)
+    unit_pages = cache.unit_pages
+    hit = total = oversized = 0
+    for req in requests:
+        total += req.input_len
+        keys = req.keys
+        units = len(keys)
+        if units == 0:
+            continue
+        m = cache.match(keys, units)
+        hit += m.units * key_tokens
+        node = cache.lock(m.node, m.units)
+        if m.units < units:
+            lanes = cache.alloc_pages(m.units * unit_pages, (units - m.units) * unit_pages)
+            if lanes is None:
+                oversized += 1
+                cache.unlock(node)
+                continue
+            node = cache.insert(node, keys, m.units, units)
+        cache.unlock(node)
+    return LruHitRate(cache_tokens, page_size, key_tokens, hit, total, oversized)
