@@ -68,19 +68,24 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
     """Walk the prefix tree heaviest subtree first; emit a node's requests after its children's.
 
     Node weight = number of waiting requests whose match ends in its subtree. Only the
-    weighted part of the tree is visited: O(queue x path depth), not O(tree).
+    weighted part of the tree is visited: O(queue x path depth), not O(tree). Siblings
+    of equal weight keep the order of their earliest waiting request.
+
+    A match that ends inside a path-compressed node ends at a node of its own upstream
+    (matching splits the node there), which is the parent of the rest of the node: so a
+    node's requests are emitted deepest match first (stable for ties).
     """
     root = cache.root
-    by_node: dict[Node, list[Request]] = {}
+    by_node: dict[Node, list[tuple[int, Request]]] = {}
     match = cache.match
     for req in waiting:
-        node = match(req.keys, req.max_match_units).node
-        by_node.setdefault(node, []).append(req)
+        m = match(req.keys, req.max_match_units)
+        by_node.setdefault(m.node, []).append((m.units, req))
     weight: dict[Node, int] = {}
     kids: dict[Node, list[Node]] = {}
-    for node, reqs in by_node.items():
-        n = node
-        add = len(reqs)
+    for node, node_reqs in by_node.items():
+        n: Node | None = node
+        add = len(node_reqs)
         while n is not None:
             if n in weight:
                 weight[n] += add
@@ -99,14 +104,18 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
     while stack:
         node, expanded = stack.pop()
         if expanded:
-            out.extend(by_node.get(node, ()))
+            reqs = by_node.get(node)
+            if reqs:
+                reqs.sort(key=lambda t: -t[0])
+                out.extend(r for _, r in reqs)
             continue
         stack.append((node, True))
         children = kids.get(node)
         if children:
-            # heaviest first: push lightest first so the heaviest is popped first
-            children.sort(key=lambda c: (weight[c], -c.start))
-            stack.extend((c, False) for c in children)
+            # Heaviest first, ties by first appearance (``kids`` is in that order):
+            # push in reverse so the first one is popped first.
+            children.sort(key=lambda c: -weight[c])
+            stack.extend((c, False) for c in reversed(children))
     return out
 
 

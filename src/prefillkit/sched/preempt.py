@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prefillkit.request import Request
 
 
@@ -19,10 +21,15 @@ def pick_victims(
     tokens_needed: int,
     threshold: int,
     low_values_first: bool,
+    reserved: Callable[[Request], float] | None = None,
 ) -> list[Request]:
     """Victims for ``req``: lowest priority first, then newest, while the priority
     difference exceeds ``threshold``, until ``slots_needed`` slots and ``tokens_needed``
-    tokens of held KV are freed. Returns [] if the need cannot be met (all or nothing).
+    tokens are freed. Returns [] if the need cannot be met (all or nothing).
+
+    A victim frees the KV it holds (prompt + output tokens) plus, when ``reserved`` is
+    given, the decode room the admission budget reserves for it (``reserved(victim)``
+    tokens), since preempting it releases that reservation too.
 
     A pure function: the caller evicts the victims.
     """
@@ -33,13 +40,13 @@ def pick_victims(
     )
     victims: list[Request] = []
     slots = 0
-    tokens = 0
+    tokens = 0.0
     for r in cands:
         if slots >= slots_needed and tokens >= tokens_needed:
             break
         victims.append(r)
         slots += 1
-        tokens += r.input_len + r.output_len
+        tokens += r.input_len + r.output_len + (reserved(r) if reserved is not None else 0)
     if slots < slots_needed or tokens < tokens_needed:
         return []
     return victims

@@ -216,6 +216,7 @@ class Scheduler:
             low_priority_values_first=cfg.schedule_low_priority_values_first,
             lpm_fallback_queue_len=cfg.lpm_fallback_queue_len,
         )
+        promoted: list[Request] = []
         if self.affinity_promoted:
             promoted = [r for r in self.affinity_promoted if r.status is ReqStatus.WAITING]
             ids = {id(r) for r in promoted}
@@ -228,12 +229,14 @@ class Scheduler:
         preempted: list[Request] = []
         closed: CloseReason | None = None
         slots = self.max_running_requests - len(self.running)
+        if chunked is not None:
+            slots += 1  # the continuation already holds a slot in self.running
         for req in order:
             if adder.can_run_list and adder.budget_state() is not AddReqResult.CONTINUE:
                 closed = adder.closed_by
                 break
             if len(adder.can_run_list) >= slots:
-                victims = self._try_preempt(req, slots_needed=1, tokens_needed=0)
+                victims = self._try_preempt(req, adder, slots_needed=1, tokens_needed=0)
                 if victims is None:
                     closed = CloseReason.MAX_RUNNING_REQUESTS
                     break
@@ -261,9 +264,22 @@ class Scheduler:
             n_before = len(adder.can_run_list)
             res = adder.add_one_req(req, match)
             if res is AddReqResult.NO_TOKEN and len(adder.can_run_list) == n_before:
-                victims = self._try_preempt(req, slots_needed=0, tokens_needed=req.input_len)
+                # Shortfall of the memory test (input - device prefix + max_new + page
+                # must stay below rem_total_tokens); at least one token.
+                need = (
+                    req.input_len
+                    - match.device_units * kt
+                    + min(req.max_new_tokens, cfg.clip_max_new_tokens)
+                    + self.page_size
+                )
+                shortfall = max(1, int(need - adder.rem_total_tokens) + 1)
+                victims = self._try_preempt(
+                    req, adder, slots_needed=0, tokens_needed=shortfall, on_no_token=True
+                )
                 if victims:
                     preempted.extend(victims)
+                    slots += len(victims)
+                    adder.closed_by = None  # the failed attempt no longer closes the batch
                     res = adder.add_one_req(req)
             if len(adder.can_run_list) > n_before and lead is BatchLead.EMPTY:
                 lead = BatchLead.WARM if cls is ReqClass.WARM else BatchLead.COLD
@@ -272,6 +288,12 @@ class Scheduler:
                 break
         else:
             closed = adder.closed_by or CloseReason.QUEUE_EMPTY
+        if promoted:
+            # A promoted request keeps the lead until it is admitted (a lead that does not
+            # fit yet, e.g. NO_TOKEN, must not be overtaken by the warm requests behind it).
+            held = {id(r) for r in adder.can_run_list} | {id(r) for r in self.affinity_promoted}
+            kept = [r for r in promoted if id(r) not in held]
+            self.affinity_promoted[:0] = kept
         for req in skipped:
             req.head_defers += 1
         self.stats.affinity_skips += len(skipped)
@@ -383,8 +405,10 @@ class Scheduler:
         """One decode step: every decoding request gains one output token.
 
         Oldest requests get memory first; when a page cannot be allocated the newest
-        other decoding request is retracted (KV freed, back to the queue), as upstream
-        retracts from the tail. Returns (finished, retracted); finished are released.
+        decoding request is retracted (KV freed, back to the queue), as upstream
+        retracts from the tail: a newer one than the request short of memory, or that
+        request itself when it is the newest. Finished requests are released at once
+        (their pages serve the rest of the step). Returns (finished, retracted).
         """
         p = self.page_size
         finished: list[Request] = []
@@ -392,23 +416,30 @@ class Scheduler:
         for req in sorted(self.decoding, key=lambda r: (r.arrival_time, r.rid)):
             if req.status is not ReqStatus.DECODING:
                 continue  # retracted earlier in this step
-            if -(-(req.input_len + req.output_len + 1) // p) > req.owned_end_page:
-                while self.cache.alloc_pages(req.owned_end_page, 1) is None:
-                    victim = self._retract_victim(req)
-                    if victim is None:
-                        break
-                    retracted.append(victim)
-                else:
+            if req.output_len >= req.max_new_tokens:  # nothing left to decode
+                self.release(req, now)
+                finished.append(req)
+                continue
+            # This step feeds output token ``output_len``: the KV then holds the prompt
+            # and every output token so far.
+            need = -(-(req.input_len + req.output_len) // p)
+            while req.owned_end_page < need:
+                if self.cache.alloc_pages(req.owned_end_page, 1) is not None:
                     req.owned_end_page += 1
-                if req.owned_end_page * p < req.input_len + req.output_len + 1:
-                    self._retract(req)
-                    retracted.append(req)
                     continue
+                victim = self._retract_victim(req)
+                if victim is None:
+                    break
+                retracted.append(victim)
+            if req.owned_end_page < need:
+                self._retract(req)
+                retracted.append(req)
+                continue
             req.output_len += 1
             if req.output_len >= req.max_new_tokens:
+                # Released at once: a finished request is never a retraction victim.
+                self.release(req, now)
                 finished.append(req)
-        for req in finished:
-            self.release(req, now)
         self.decoding = [r for r in self.decoding if r.status is ReqStatus.DECODING]
         if retracted:
             self.stats.retractions += len(retracted)
@@ -424,7 +455,14 @@ class Scheduler:
         return finished, retracted
 
     def _retract_victim(self, protect: Request) -> Request | None:
-        cands = [r for r in self.decoding if r.status is ReqStatus.DECODING and r is not protect]
+        """Retract the newest decoding request newer than ``protect`` (None if none is:
+        then ``protect`` itself is the newest and is the one to go)."""
+        key = (protect.arrival_time, protect.rid)
+        cands = [
+            r
+            for r in self.decoding
+            if r.status is ReqStatus.DECODING and (r.arrival_time, r.rid) > key
+        ]
         if not cands:
             return None
         victim = max(cands, key=lambda r: (r.arrival_time, r.rid))
@@ -440,14 +478,34 @@ class Scheduler:
 
     # ------------------------------------------------------------------ preemption
     def _try_preempt(
-        self, req: Request, *, slots_needed: int, tokens_needed: int
+        self,
+        req: Request,
+        adder: PrefillAdder,
+        *,
+        slots_needed: int,
+        tokens_needed: int,
+        on_no_token: bool = False,
     ) -> list[Request] | None:
-        """Priority preemption of decoding requests to admit ``req``; None if not possible."""
+        """Priority preemption of decoding requests to admit ``req``; None if not possible.
+
+        ``on_no_token``: memory (NO_TOKEN), not the slot limit, blocks ``req``; upstream
+        never preempts then, prefillkit does with ``enable_preempt_on_no_token``. The
+        victims' decode reservations leave the pass's ``rem_total_tokens`` offset.
+        """
         cfg = self.cfg
         if not (cfg.enable_priority_scheduling and cfg.enable_priority_preemption):
             return None
-        if tokens_needed and not cfg.enable_preempt_on_no_token:
+        if on_no_token and not cfg.enable_preempt_on_no_token:
             return None
+        clip = cfg.clip_max_new_tokens
+
+        def reserved(v: Request) -> float:
+            """Decode room the adder reserved for ``v`` (its rem_total_tokens offset)."""
+            if not self.reserve_decode:
+                return 0.0
+            ratio = 1.0 if v.ignore_eos else adder.new_token_ratio
+            return min(v.max_new_tokens - v.output_len, clip) * ratio
+
         victims = pick_victims(
             req,
             [r for r in self.decoding if r.status is ReqStatus.DECODING],
@@ -455,10 +513,12 @@ class Scheduler:
             tokens_needed=tokens_needed,
             threshold=cfg.priority_scheduling_preemption_threshold,
             low_values_first=cfg.schedule_low_priority_values_first,
+            reserved=reserved,
         )
         if not victims:
             return None
         for v in victims:
+            adder.rem_total_token_offset -= reserved(v)
             self.decoding.remove(v)
             self._retract(v)
         self.stats.preemptions += len(victims)

@@ -1,0 +1,1027 @@
+"""The scheduler driven by hand: affinity in the scan, starvation bounds, priority
+preemption, decode and retraction, and the KV lifecycle of requests.
+
+Every loop here checks ``Scheduler.check()`` (cache, pool and per-request owned pages)
+after every step.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from prefillkit.cache import PrefixCache, check_invariants
+from prefillkit.config import Config
+from prefillkit.request import ReqStatus, Request
+from prefillkit.sched.preempt import outranks, pick_victims
+from prefillkit.sched.scheduler import PrefillBatch, Scheduler
+
+PAGE = 4
+
+
+# ---------------------------------------------------------------- helpers
+def make_cfg(**kw: object) -> Config:
+    base: dict[str, object] = {
+        "page_size": PAGE,
+        "mode": "colocated",
+        "chunked_prefill_size": None,
+        "max_prefill_tokens": 100_000,
+    }
+    base.update(kw)
+    return Config(**base)  # type: ignore[arg-type]
+
+
+def make_sched(
+    pages: int = 1024, *, host_pages: int = 0, reserve_decode: bool = True, **kw: object
+) -> Scheduler:
+    return Scheduler(
+        make_cfg(**kw), pages, PAGE, host_pages=host_pages, reserve_decode=reserve_decode
+    )
+
+
+def seq(tag: int, n: int) -> list[int]:
+    """``n`` token ids no other tag shares."""
+    return [tag * 10_000 + i for i in range(n)]
+
+
+def mk(rid: str, tokens: list[int], t: float = 0.0, *, out: int = 8, prio: int = 0) -> Request:
+    return Request.from_tokens(
+        rid, tokens, page_size=PAGE, arrival_time=t, max_new_tokens=out, priority=prio
+    )
+
+
+def rids(reqs: list[Request]) -> list[str]:
+    return [r.rid for r in reqs]
+
+
+def warm_cache(cache: PrefixCache, tokens: list[int]) -> None:
+    """Cache ``tokens`` by hand, as a finished prefill would (tests/test_cache.py)."""
+    keys = Request.from_tokens("_", tokens, page_size=cache.page_size).keys
+    m = cache.match(keys, len(keys))
+    node = cache.lock(m.device_node, m.device_units)
+    start = m.device_units * cache.unit_pages
+    assert cache.alloc_pages(start, (len(keys) - m.device_units) * cache.unit_pages) is not None
+    node = cache.insert(node, keys, m.device_units, len(keys))
+    cache.unlock(node)
+    check_invariants(cache, [])
+
+
+def state(s: Scheduler) -> tuple[object, ...]:
+    """Everything an admission could touch: pool, cache, locks, LRU order, host tier."""
+    cache = s.cache
+    locks: list[tuple[int, int, int]] = []
+    stack = [cache.root]
+    while stack:
+        n = stack.pop()
+        locks.append((n.start, n.lock_ref, n.host_lock_ref))
+        stack.extend(n.children.values())
+    host = cache.host
+    return (
+        list(s.pool.free),
+        list(s.pool.cached),
+        list(s.pool.owned),
+        cache.evictable_pages,
+        cache.protected_pages,
+        [(n.start, n.end) for n in cache.lru],
+        sorted(locks),
+        len(cache.index),
+        None if host is None else (host.used_pages, len(host.lru)),
+    )
+
+
+def req_state(r: Request) -> tuple[object, ...]:
+    return (
+        r.status,
+        r.locked_node,
+        r.owned_start_page,
+        r.owned_end_page,
+        r.prefix_len,
+        r.extend_input_len,
+        r.loaded_tokens,
+        r.device_prefix_len,
+        r.host_hit_len,
+        r.computed_tokens,
+    )
+
+
+Feed = Callable[[int, float], list[Request]]
+
+
+@dataclass
+class Run:
+    batches: list[PrefillBatch] = field(default_factory=list)
+    finished: list[Request] = field(default_factory=list)
+    retracted: list[Request] = field(default_factory=list)
+    admitted_at: dict[str, int] = field(default_factory=dict)  # rid -> first pass admitted
+    first_skip_at: dict[str, int] = field(default_factory=dict)  # rid -> first pass skipped
+    steps: int = 0
+    now: float = 0.0
+
+
+def drive(
+    s: Scheduler,
+    *,
+    now: float = 0.0,
+    dt: float = 1.0,
+    feed: Feed | None = None,
+    feed_steps: int = 0,
+    max_steps: int = 5000,
+) -> Run:
+    """The engine loop by hand: arrivals -> get_new_batch_prefill -> prefill_done ->
+    start_decode (or release) -> decode_step, until nothing is waiting or decoding.
+
+    ``feed(step, now)`` returns the arrivals of a step for the first ``feed_steps``
+    steps. ``Scheduler.check()`` runs after every step, and per pass the first pass a
+    request was skipped (its head-defer count rose) and admitted are recorded.
+    """
+    run = Run()
+    seen: dict[str, Request] = {}
+    for step in range(max_steps):
+        if feed is not None and step < feed_steps:
+            for r in feed(step, now):
+                assert s.add_request(r) is None
+                seen[r.rid] = r
+                s.check()
+        elif not (s.has_work or s.decoding):
+            run.steps, run.now = step, now
+            return run
+        for r in s.waiting:
+            seen.setdefault(r.rid, r)
+        defers = {rid: r.head_defers for rid, r in seen.items()}
+        batch = s.get_new_batch_prefill(now)
+        s.check()
+        for rid, r in seen.items():
+            if r.head_defers > defers[rid]:
+                run.first_skip_at.setdefault(rid, step)
+        if batch is not None:
+            run.batches.append(batch)
+            for r in batch.reqs:
+                run.admitted_at.setdefault(r.rid, step)
+            for r in s.prefill_done(batch, now):
+                if r.output_len >= r.max_new_tokens:
+                    s.release(r, now)
+                    run.finished.append(r)
+                else:
+                    s.start_decode(r)
+                s.check()
+            s.check()
+        if s.decoding:
+            fin, ret = s.decode_step(now)
+            s.check()
+            assert not {id(r) for r in fin} & {id(r) for r in ret}
+            assert all(r.status is ReqStatus.FINISHED for r in fin)
+            run.finished.extend(fin)
+            run.retracted.extend(ret)
+        assert all(r.status is ReqStatus.WAITING for r in s.waiting)
+        assert [r.arrival_time for r in s.waiting] == sorted(r.arrival_time for r in s.waiting)
+        now += dt
+    raise AssertionError(f"did not finish in {max_steps} steps")
+
+
+def assert_all_released(s: Scheduler) -> None:
+    """Nothing holds KV: after evicting the cache every page is free."""
+    assert not s.running and not s.decoding and s.chunked_req is None
+    assert s.cache.protected_pages == 0
+    assert s.pool.owned == [0] * s.pool.cp_size
+    s.cache.evict_tokens(10**9)
+    s.check()
+    assert s.pool.free_pages == s.pool.total_pages
+    assert s.pool.free == s.pool.capacity
+    assert s.cache.evictable_pages == 0
+
+
+W = seq(1, 64)  # the warm prefix: 64 tokens = 16 pages, exactly the default floor
+
+
+def warm(rid: str, t: float, tag: int, *, out: int = 8) -> Request:
+    """W plus an 8-token tail of its own (``tag`` keeps tails distinct)."""
+    return mk(rid, W + seq(1000 + tag, 8), t, out=out)
+
+
+def cold(rid: str, t: float, tag: int, *, n: int = 40, out: int = 8) -> Request:
+    """``n`` tokens sharing nothing with W or another cold request of another tag."""
+    return mk(rid, seq(100_000 + tag, n), t, out=out)
+
+
+# ---------------------------------------------------------------- affinity: classification
+def test_classification_uses_device_plus_host_match_against_the_floor() -> None:
+    s = make_sched(256, host_pages=512, enable_affinity=True, enable_hierarchical_cache=True)
+    h = seq(2, 64)
+    warm_cache(s.cache, h)  # written through to host
+    s.cache.evict_tokens(10**6)  # host only now
+    warm_cache(s.cache, h[:32])  # first 8 pages back on device
+    warm_cache(s.cache, W)
+    m = s.cache.match(mk("x", [*h, 1]).keys, 16)
+    assert (m.device_units, m.host_units) == (8, 8)
+    q = [
+        mk("lead", W + seq(3, 8), 0.0),  # device 64: warm lead
+        mk("split", h + seq(4, 8), 1.0),  # device 32 + host 32 = 64: warm
+        mk("dev60", W[:60] + seq(5, 8), 2.0),  # device 60 < 64: cold
+        mk("host32", h[:32] + seq(6, 8), 3.0),  # device 32: cold
+        mk("none", seq(7, 40), 4.0),  # cold
+        mk("floor", W + seq(8, 4), 5.0),  # device 64 == floor: warm
+    ]
+    for r in q:
+        assert s.add_request(r) is None
+    batch = s.get_new_batch_prefill(6.0)  # every age below T = 5 s
+    s.check()
+    assert batch is not None
+    assert rids(batch.reqs) == ["lead", "split", "floor"]
+    assert batch.lead_class == "warm" and batch.skips == 3
+    assert rids(s.waiting) == ["dev60", "host32", "none"]
+    split = batch.reqs[1]
+    assert (split.device_hit_tokens, split.host_hit_tokens) == (32, 32)  # loaded back
+
+
+def test_classification_is_redone_from_each_pass_match() -> None:
+    """A cold request skipped in one pass is warm the next once its prefix is cached."""
+    s = make_sched(enable_affinity=True)
+    warm_cache(s.cache, W)
+    p = seq(9, 80)
+    s.add_request(mk("w1", W + seq(3, 8), 0.0))
+    s.add_request(mk("c", p + seq(4, 8), 1.0))  # cold now
+    s.add_request(mk("w2", W + seq(5, 8), 2.0))
+    b1 = s.get_new_batch_prefill(3.0)
+    assert b1 is not None and rids(b1.reqs) == ["w1", "w2"] and b1.skips == 1
+    s.prefill_done(b1, 3.0)
+    warm_cache(s.cache, p)  # someone else computed c's prefix meanwhile
+    s.add_request(mk("w3", W + seq(6, 8), 4.0))
+    b2 = s.get_new_batch_prefill(5.0)
+    s.check()
+    assert b2 is not None and rids(b2.reqs) == ["c", "w3"]
+    assert b2.lead_class == "warm"  # c is warm now: 80 cached tokens
+    assert b2.reqs[0].device_hit_tokens == 80
+
+
+# ---------------------------------------------------------------- affinity: a skip touches nothing
+def _twin(with_colds: bool) -> tuple[Scheduler, list[Request]]:
+    s = make_sched(
+        512,
+        host_pages=512,
+        enable_affinity=True,
+        enable_hierarchical_cache=True,
+        max_prefill_tokens=10_000,
+    )
+    h = seq(2, 64)
+    warm_cache(s.cache, h)
+    s.cache.evict_tokens(10**6)  # a host-only warm prefix (load-back)
+    warm_cache(s.cache, W)
+    warm_cache(s.cache, seq(3, 40))  # a 40-token device prefix: cold under the floor
+    reqs = [
+        mk("w1", W + seq(10, 8), 0.0),
+        mk("c1", seq(3, 40) + seq(11, 8), 1.0),  # cold, has a 40-token device match
+        mk("w2", h + seq(12, 8), 2.0),  # warm via host hit
+        mk("c2", seq(13, 30), 3.0),
+        mk("w3", W[:32] + h[:32] + seq(14, 4), 4.0),  # 32 device: cold
+        mk("w4", W + seq(15, 12), 5.0),
+    ]
+    if not with_colds:
+        reqs = [r for r in reqs if r.rid in ("w1", "w2", "w4")]
+    for r in reqs:
+        assert s.add_request(r) is None
+    return s, reqs
+
+
+def test_a_skip_touches_no_lock_allocation_or_budget() -> None:
+    a, a_reqs = _twin(with_colds=True)
+    b, _ = _twin(with_colds=False)
+    assert state(a) == state(b)
+    skipped = [r for r in a_reqs if r.rid in ("c1", "c2", "w3")]
+    before = [req_state(r) for r in skipped]
+    ba = a.get_new_batch_prefill(5.5)  # every age below T = 5 s
+    bb = b.get_new_batch_prefill(5.5)
+    a.check()
+    b.check()
+    assert ba is not None and bb is not None
+    assert rids(ba.reqs) == rids(bb.reqs) == ["w1", "w2", "w4"]
+    assert (ba.skips, bb.skips) == (3, 0)
+    # The same budgets, allocations, locks, LRU order and host tier with or without
+    # the skipped candidates in the queue.
+    assert state(a) == state(b)
+    shape = (
+        "extend_tokens",
+        "cached_tokens",
+        "load_back_tokens",
+        "buffer_bytes",
+        "lead_class",
+        "closed_by",
+    )
+    assert [getattr(ba, k) for k in shape] == [getattr(bb, k) for k in shape]
+    assert [req_state(r) for r in skipped] == before
+    assert rids(a.waiting) == ["c1", "c2", "w3"]  # queue order kept
+    assert [r.head_defers for r in skipped] == [1, 1, 1]
+    assert a.running.keys() == b.running.keys()
+
+
+# ---------------------------------------------------------------- affinity: batch lead
+def test_lead_is_fixed_by_the_first_admitted_request() -> None:
+    s = make_sched(enable_affinity=True)
+    warm_cache(s.cache, W)
+    for r in (cold("c1", 0.0, 1), warm("w1", 1.0, 1), cold("c2", 2.0, 2), warm("w2", 3.0, 2)):
+        s.add_request(r)
+    b = s.get_new_batch_prefill(4.0)
+    s.check()
+    assert b is not None and b.lead_class == "cold"
+    assert rids(b.reqs) == ["c1", "w1", "c2", "w2"] and b.skips == 0  # nothing skipped
+    s.prefill_done(b, 4.0)
+
+    s2 = make_sched(enable_affinity=True)
+    warm_cache(s2.cache, W)
+    for r in (warm("w1", 0.0, 1), cold("c1", 1.0, 1), warm("w2", 2.0, 2), cold("c2", 3.0, 2)):
+        s2.add_request(r)
+    b2 = s2.get_new_batch_prefill(4.0)
+    s2.check()
+    assert b2 is not None and b2.lead_class == "warm"
+    assert rids(b2.reqs) == ["w1", "w2"] and (b2.skips, b2.defers, b2.stops) == (2, 2, 0)
+    assert (s2.stats.affinity_skips, s2.stats.affinity_defers) == (2, 2)
+
+
+def test_chunked_continuation_leads_as_warm() -> None:
+    s = make_sched(enable_affinity=True, chunked_prefill_size=64)
+    warm_cache(s.cache, W)
+    long = cold("long", 0.0, 1, n=100)
+    s.add_request(long)
+    b1 = s.get_new_batch_prefill(0.0)
+    assert b1 is not None and rids(b1.reqs) == ["long"] and b1.lead_class == "cold"
+    assert s.chunked_req is long and long.extend_input_len == 64
+    s.prefill_done(b1, 0.0)
+    s.check()
+    s.add_request(cold("c", 1.0, 2, n=8))
+    s.add_request(warm("w", 2.0, 1))  # extend 8 tokens
+    b2 = s.get_new_batch_prefill(3.0)
+    s.check()
+    assert b2 is not None and b2.has_chunked
+    assert rids(b2.reqs) == ["long", "w"]  # the 36-token tail leads; the cold is skipped
+    assert b2.lead_class == "warm" and b2.skips == 1
+    assert rids(s.waiting) == ["c"]
+    s.prefill_done(b2, 3.0)
+    assert s.chunked_req is None
+    b3 = s.get_new_batch_prefill(4.0)
+    assert b3 is not None and rids(b3.reqs) == ["c"] and b3.lead_class == "cold"
+    s.check()
+
+
+def test_affinity_disabled_wholesale_under_priority_scheduling() -> None:
+    s = make_sched(enable_affinity=True, enable_priority_scheduling=True)
+    assert not s.affinity_on
+    warm_cache(s.cache, W)
+    for r in (warm("w1", 0.0, 1), cold("c1", 1.0, 1), warm("w2", 2.0, 2)):
+        s.add_request(r)
+    b = s.get_new_batch_prefill(3.0)
+    s.check()
+    assert b is not None and rids(b.reqs) == ["w1", "c1", "w2"]
+    assert (b.skips, b.stops) == (0, 0)
+    assert (s.stats.affinity_skips, s.stats.affinity_stops) == (0, 0)
+
+
+def test_affinity_off_by_default_admits_cold_behind_warm() -> None:
+    s = make_sched()
+    warm_cache(s.cache, W)
+    for r in (warm("w1", 0.0, 1), cold("c1", 1.0, 1)):
+        s.add_request(r)
+    b = s.get_new_batch_prefill(2.0)
+    assert b is not None and rids(b.reqs) == ["w1", "c1"] and b.skips == 0
+
+
+# ---------------------------------------------------------------- affinity: bounds and counts
+def test_skip_window_stops_the_scan_and_the_stopper_leads_next_pass() -> None:
+    s = make_sched(enable_affinity=True, affinity_skip_window=2)
+    warm_cache(s.cache, W)
+    for r in (
+        warm("w1", 0.0, 1),
+        cold("c1", 1.0, 1),
+        cold("c2", 2.0, 2),
+        cold("c3", 3.0, 3),
+        warm("w2", 4.0, 2),
+    ):
+        s.add_request(r)
+    b = s.get_new_batch_prefill(5.0)
+    s.check()
+    assert b is not None and rids(b.reqs) == ["w1"]
+    assert (b.skips, b.stops, b.closed_by) == (2, 1, "affinity_stop")
+    assert (s.stats.affinity_skips, s.stats.affinity_stops) == (2, 1)
+    assert rids(s.affinity_promoted) == ["c3"]
+    assert rids(s.waiting) == ["c1", "c2", "c3", "w2"]
+    s.prefill_done(b, 5.0)
+    b2 = s.get_new_batch_prefill(6.0)
+    s.check()
+    assert b2 is not None and b2.lead_class == "cold"
+    assert rids(b2.reqs) == ["c3", "c1", "c2", "w2"]  # c3 leads, the rest joins
+    assert (b2.skips, b2.stops) == (0, 0)
+    assert s.stats.passes == 2
+
+
+def test_head_defer_bound_k() -> None:
+    k = 3
+    s = make_sched(enable_affinity=True, affinity_max_head_defers=k, affinity_max_age_s=1e6)
+    warm_cache(s.cache, W)
+    c = cold("c", 0.0, 1)
+    s.add_request(c)
+    s.add_request(warm("w0", -1.0, 100))  # warm ahead of c
+    skips = 0
+    for p in range(k):
+        b = s.get_new_batch_prefill(float(p))
+        s.check()
+        assert b is not None and b.skips == 1 and b.stops == 0 and b.lead_class == "warm"
+        skips += 1
+        assert c.head_defers == skips
+        s.prefill_done(b, float(p))
+        s.add_request(warm(f"w{p + 1}", -0.5 + p * 0.01, 200 + p))  # keep a warm ahead
+    b = s.get_new_batch_prefill(float(k))
+    assert b is not None and b.stops == 1 and b.skips == 0 and c.status is ReqStatus.WAITING
+    s.prefill_done(b, float(k))
+    b = s.get_new_batch_prefill(float(k + 1))
+    assert b is not None and b.reqs[0] is c and b.lead_class == "cold"
+    assert (s.stats.affinity_skips, s.stats.affinity_defers, s.stats.affinity_stops) == (k, k, 1)
+    s.check()
+
+
+def test_age_bound_t() -> None:
+    s = make_sched(enable_affinity=True, affinity_max_age_s=5.0)
+    warm_cache(s.cache, W)
+    s.add_request(warm("w1", 0.0, 1))
+    s.add_request(cold("c", 1.0, 1))
+    s.add_request(warm("w2", 2.0, 2))
+    b = s.get_new_batch_prefill(5.9)  # age 4.9 < 5: skipped
+    assert b is not None and (b.skips, b.stops) == (1, 0)
+    s.prefill_done(b, 5.9)
+    s.add_request(warm("w3", 0.5, 3))  # arrived before c (late report): leads
+    b = s.get_new_batch_prefill(6.0)  # age 5.0 >= 5: stop
+    assert b is not None and rids(b.reqs) == ["w3"] and (b.skips, b.stops) == (0, 1)
+    s.check()
+
+
+# ---------------------------------------------------------------- starvation
+def _starvation_run(
+    policy: str, *, k: int, t: float, dt: float, feed_steps: int = 40
+) -> tuple[Scheduler, Run, dict[str, Request]]:
+    s = make_sched(
+        4096,
+        enable_affinity=True,
+        schedule_policy=policy,
+        affinity_max_head_defers=k,
+        affinity_max_age_s=t,
+        max_prefill_tokens=96,  # 12 warm extends of 8 tokens a pass; 3 arrive per pass
+    )
+    warm_cache(s.cache, W)
+    colds: dict[str, Request] = {}
+
+    def feed(step: int, now: float) -> list[Request]:
+        out = [warm(f"w{step}.{i}", now, 10 * step + i + 1, out=2) for i in range(3)]
+        if step % 5 == 1:  # one cold, or two at once every other time
+            for j in range(1 + (step % 10 == 1)):
+                c = cold(f"c{step}.{j}", now, 2 * step + j + 1, n=24, out=2)
+                colds[c.rid] = c
+                out.insert(1 + j, c)  # arrives between warm requests of the same step
+        return out
+
+    run = drive(s, dt=dt, feed=feed, feed_steps=feed_steps)
+    return s, run, colds
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "lpm"])
+def test_starvation_bounded_by_head_defers(policy: str) -> None:
+    k = 3
+    s, run, colds = _starvation_run(policy, k=k, t=1e6, dt=0.25)
+    assert len(colds) == 12
+    skipped = 0
+    for rid, c in colds.items():
+        assert c.status is ReqStatus.FINISHED and c.output_len == c.max_new_tokens
+        assert c.head_defers <= k  # never skipped in more than K passes
+        if rid in run.first_skip_at:
+            skipped += 1
+            # K skips, the stopping pass, then it leads: admitted within K + 1 passes
+            assert run.admitted_at[rid] - run.first_skip_at[rid] <= k + 1
+    assert skipped == len(colds)  # the stream really did put every cold behind warm
+    if policy == "lpm":
+        # Colds sort last: the first cold of each arrival step trips K and is promoted;
+        # leading a cold batch it takes the other cold of its step along.
+        groups = {c.arrival_time for c in colds.values()}
+        assert s.stats.affinity_stops == len(groups) == 8
+        assert all(c.head_defers == k for c in colds.values())
+        assert all(run.admitted_at[r] - run.first_skip_at[r] == k + 1 for r in colds)
+    assert s.stats.affinity_skips == sum(b.skips for b in run.batches)
+    assert s.stats.affinity_stops == sum(b.stops for b in run.batches)
+    assert_all_released(s)
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "lpm"])
+def test_starvation_bounded_by_age(policy: str) -> None:
+    t, dt = 2.0, 0.25
+    s, run, colds = _starvation_run(policy, k=10**6, t=t, dt=dt)
+    waits: list[float] = []
+    for rid, c in colds.items():
+        assert c.status is ReqStatus.FINISHED
+        assert c.first_scheduled_time is not None
+        wait = c.first_scheduled_time - c.arrival_time
+        # skipped while younger than T; the pass that sees age >= T stops, and the
+        # next pass admits it
+        assert wait < t + 2 * dt
+        if rid in run.first_skip_at:
+            waits.append(wait)
+    assert len(waits) >= len(colds) // 2
+    assert s.stats.affinity_stops == sum(b.stops for b in run.batches)
+    if policy == "lpm":
+        # colds sort last: only the age bound (or a cold-led batch of an older cold)
+        # lets them in; with K out of play, each stop is an age stop
+        assert s.stats.affinity_stops > 0 and max(waits) >= t
+        assert all(c.head_defers > 1 for c in colds.values() if c.rid in run.first_skip_at)
+    assert_all_released(s)
+
+
+def test_lpm_promoted_request_keeps_the_lead_until_admitted() -> None:
+    """A cold request that tripped STOP but does not fit its leading pass (memory held
+    by decoding requests) keeps leading: warm arrivals do not overtake it."""
+    s = make_sched(
+        100,
+        enable_affinity=True,
+        schedule_policy="lpm",
+        affinity_max_head_defers=0,
+        reserve_decode=False,
+    )
+    warm_cache(s.cache, W)  # 16 pages
+    hog = mk("hog", seq(50, 200), -10.0, out=50)  # 50 pages
+    s.add_request(hog)
+    b = s.get_new_batch_prefill(-10.0)
+    assert b is not None
+    s.prefill_done(b, -10.0)
+    s.start_decode(hog)
+    s.check()
+    s.add_request(warm("w1", 0.0, 1))
+    # 400 tokens: hog holds 200, w1 leaves 200 free + evictable; big needs 200 + 8 + 4.
+    big = cold("big", 1.0, 1, n=200)
+    s.add_request(big)
+    b = s.get_new_batch_prefill(2.0)  # w1 leads, big trips K=0: stop
+    assert b is not None and rids(b.reqs) == ["w1"] and b.stops == 1
+    s.prefill_done(b, 2.0)
+    s.release(b.reqs[0], 2.0)
+    s.check()
+    now = 3.0
+    while hog.status is ReqStatus.DECODING:  # 49 decode steps
+        if now < 6.0:
+            s.add_request(warm(f"x{now:g}", now, int(now)))  # small warm arrivals: fit
+        b = s.get_new_batch_prefill(now)
+        s.check()
+        assert b is None  # big leads and does not fit; nobody overtakes it
+        assert rids(s.affinity_promoted) == ["big"]
+        s.decode_step(now)
+        s.check()
+        now += 1.0
+    assert rids(s.waiting) == ["big", "x3", "x4", "x5"]
+    b = s.get_new_batch_prefill(now)
+    s.check()
+    assert b is not None and b.lead_class == "cold"
+    assert rids(b.reqs) == ["big", "x3", "x4", "x5"]  # the warm ones follow it
+    assert s.affinity_promoted == [] and s.stats.affinity_stops == 1
+
+
+# ---------------------------------------------------------------- priority preemption
+def test_outranks_and_pick_victims_pure() -> None:
+    assert outranks(21, 10, 10, False) and not outranks(20, 10, 10, False)
+    assert outranks(0, 11, 10, True) and not outranks(0, 10, 10, True)
+    h = mk("h", seq(1, 8), 9.0, prio=100)
+    a = mk("a", seq(2, 40), 0.0, prio=0)
+    b = mk("b", seq(3, 40), 1.0, prio=5)
+    c = mk("c", seq(4, 40), 2.0, prio=0)
+    d = mk("d", seq(5, 40), 3.0, prio=95)  # within the threshold: never a victim
+    kw: dict[str, int | bool] = {"threshold": 10, "low_values_first": False}
+    assert pick_victims(h, [a, b, c, d], slots_needed=1, tokens_needed=0, **kw) == [c]  # type: ignore[arg-type]
+    assert pick_victims(h, [a, b, c, d], slots_needed=2, tokens_needed=0, **kw) == [c, a]  # type: ignore[arg-type]
+    assert pick_victims(h, [a, b, c, d], slots_needed=0, tokens_needed=81, **kw) == [c, a, b]  # type: ignore[arg-type]
+    assert pick_victims(h, [a, b, c, d], slots_needed=0, tokens_needed=121, **kw) == []  # type: ignore[arg-type]
+    assert pick_victims(h, [a, b, c, d], slots_needed=4, tokens_needed=0, **kw) == []  # type: ignore[arg-type]
+    low = mk("low", seq(6, 8), 9.0, prio=-50)
+    kw2: dict[str, int | bool] = {"threshold": 10, "low_values_first": True}
+    # low values first: the victims are the largest values, newest first
+    assert pick_victims(low, [a, b, c, d], slots_needed=2, tokens_needed=0, **kw2) == [d, b]  # type: ignore[arg-type]
+
+
+def _two_decoding(s: Scheduler, *, prio: int = 0, inp: int = 40, out: int = 100) -> list[Request]:
+    reqs = [
+        mk("l1", seq(1, inp), 0.0, out=out, prio=prio),
+        mk("l2", seq(2, inp), 1.0, out=out, prio=prio),
+    ]
+    for r in reqs:
+        assert s.add_request(r) is None
+    b = s.get_new_batch_prefill(1.0)
+    assert b is not None and rids(b.reqs) == ["l1", "l2"]
+    for r in s.prefill_done(b, 1.0):
+        s.start_decode(r)
+    s.decode_step(1.5)
+    s.check()
+    return reqs
+
+
+@pytest.mark.parametrize(
+    ("high", "low_first", "preempts"),
+    [(11, False, True), (10, False, False), (-11, True, True), (-10, True, False)],
+)
+def test_slot_limit_preemption_threshold(high: int, low_first: bool, preempts: bool) -> None:
+    s = make_sched(
+        enable_priority_scheduling=True,
+        schedule_low_priority_values_first=low_first,
+        max_running_requests=2,
+    )
+    _l1, l2 = _two_decoding(s)
+    h = mk("h", seq(3, 20), 2.0, prio=high)
+    s.add_request(h)
+    b = s.get_new_batch_prefill(2.0)
+    s.check()
+    if not preempts:  # diff == threshold: no preemption, h waits
+        assert b is None and s.stats.preemptions == 0
+        assert rids(s.decoding) == ["l1", "l2"] and rids(s.waiting) == ["h"]
+        return
+    assert b is not None and rids(b.reqs) == ["h"] and b.preempted == [l2]  # newest first
+    assert s.stats.preemptions == 1 and l2.preemptions == 1
+    assert l2.status is ReqStatus.WAITING and rids(s.waiting) == ["l2"]
+    assert (l2.owned_start_page, l2.owned_end_page, l2.locked_node) == (0, 0, None)
+    assert (l2.output_len, l2.computed_tokens) == (0, 0)
+    assert rids(s.decoding) == ["l1"] and set(s.running) == {"l1", "h"}
+
+
+def test_no_preemption_without_priority_or_when_disabled() -> None:
+    kws: list[dict[str, object]] = [
+        {"max_running_requests": 2},
+        {
+            "max_running_requests": 2,
+            "enable_priority_scheduling": True,
+            "enable_priority_preemption": False,
+        },
+    ]
+    for kw in kws:
+        s = Scheduler(make_cfg(**kw), 1024, PAGE)
+        _two_decoding(s)
+        s.add_request(mk("h", seq(3, 20), 2.0, prio=100))
+        b = s.get_new_batch_prefill(2.0)
+        assert b is None and s.stats.preemptions == 0
+        s.check()
+
+
+def _memory_bound(on: bool, high: int = 50) -> tuple[Scheduler, list[Request], Request]:
+    # 80 pages = 320 tokens. After one decode step the two low requests hold 2 x 11
+    # pages and reserve 2 x 98 x ~0.699 = ~137 output tokens: rem_total_tokens ~95.
+    # h needs 60 + 100 + 4 = 164: NO_TOKEN. Preempting l2 frees its 44 tokens of KV
+    # and its ~68.5 reserved tokens: ~207.5 > 164 (and ~139 < 164 had its
+    # reservation stayed in the pass's budget).
+    s = make_sched(80, enable_priority_scheduling=True, enable_preempt_on_no_token=on)
+    low = _two_decoding(s, out=100)
+    h = mk("h", seq(3, 60), 2.0, out=100, prio=high)
+    s.add_request(h)
+    return s, low, h
+
+
+def test_no_token_does_not_preempt_with_the_switch_off() -> None:
+    s, _low, _h = _memory_bound(on=False)
+    assert len(s.running) == 2 < s.max_running_requests  # slots are not the problem
+    before = state(s)
+    b = s.get_new_batch_prefill(2.0)
+    s.check()
+    assert b is None and s.stats.preemptions == 0  # upstream: NO_TOKEN never preempts
+    assert state(s) == before and rids(s.decoding) == ["l1", "l2"] and rids(s.waiting) == ["h"]
+
+
+def test_no_token_preempts_with_the_switch_on() -> None:
+    s, (_l1, l2), _h = _memory_bound(on=True)
+    b = s.get_new_batch_prefill(2.0)
+    s.check()
+    assert b is not None and rids(b.reqs) == ["h"] and b.closed_by == "queue_empty"
+    assert b.preempted == [l2] and s.stats.preemptions == 1
+    assert rids(s.decoding) == ["l1"] and rids(s.waiting) == ["l2"]
+    # l2's KV is released: no owned pages, no lock; its cached prompt is evictable
+    assert (l2.owned_start_page, l2.owned_end_page, l2.locked_node) == (0, 0, None)
+    assert l2.status is ReqStatus.WAITING and l2.preemptions == 1
+    assert s.cache.match(l2.keys, l2.max_match_units).node.lock_ref == 0
+
+
+def test_no_token_threshold_boundary() -> None:
+    s, _, _ = _memory_bound(on=True, high=10)
+    assert s.get_new_batch_prefill(2.0) is None and s.stats.preemptions == 0
+    s.check()
+
+
+def test_no_token_preemption_takes_enough_victims_for_the_whole_need() -> None:
+    """A short prompt with a long output needs more than its prompt length freed."""
+    # 110 pages = 440 tokens; four 40-token requests hold 160 and reserve 4 x 59 x 0.7.
+    s = make_sched(110, enable_priority_scheduling=True, enable_preempt_on_no_token=True)
+    reqs = [mk(f"l{i}", seq(i + 1, 40), float(i), out=60) for i in range(4)]
+    for r in reqs:
+        s.add_request(r)
+    b = s.get_new_batch_prefill(4.0)
+    assert b is not None and len(b.reqs) == 4
+    for r in s.prefill_done(b, 4.0):
+        s.start_decode(r)
+    s.check()
+    h = mk("h", seq(9, 8), 5.0, out=200, prio=50)  # needs 8 + 200 + 4 tokens
+    s.add_request(h)
+    b = s.get_new_batch_prefill(5.0)
+    s.check()
+    # rem_total_tokens 440 - 160 - 165.2 = 114.8: short by 97.2 (98 tokens). Each victim
+    # frees 41 + 59 x 0.7 = 82.3: two victims, newest first (its 8 prompt tokens would
+    # have asked for one, and the retry would have failed).
+    assert b is not None and rids(b.reqs) == ["h"]
+    assert rids(b.preempted) == ["l3", "l2"]
+    assert all(r.status is ReqStatus.WAITING for r in b.preempted)
+    assert rids(s.decoding) == ["l0", "l1"]
+
+
+def test_preemption_frees_memory_and_the_preempted_request_completes() -> None:
+    s, (l1, l2), h = _memory_bound(on=True)
+    run = drive(s, now=2.0, dt=0.1)
+    assert s.stats.preemptions == 1 and l2.preemptions == 1
+    for r in (l1, l2, h):
+        assert r.status is ReqStatus.FINISHED and r.output_len == r.max_new_tokens
+    assert h.finish_time is not None and l2.finish_time is not None
+    assert h.first_token_time is not None and l2.first_token_time is not None
+    assert run.admitted_at["h"] == 0 and run.admitted_at["l2"] > 0  # l2 re-admitted later
+    assert {r.rid for r in run.finished} == {"l1", "l2", "h"}
+    assert_all_released(s)
+
+
+def test_slot_preemption_loop_completes_everything() -> None:
+    s = make_sched(
+        256,
+        enable_priority_scheduling=True,
+        max_running_requests=3,
+        enable_preempt_on_no_token=True,
+    )
+    rng = random.Random(7)
+    reqs: list[Request] = []
+
+    def feed(step: int, now: float) -> list[Request]:
+        out = [
+            mk(
+                f"r{step}.{i}",
+                seq(100 * step + i + 1, rng.randint(8, 60)),
+                now,
+                out=rng.randint(2, 30),
+                prio=rng.choice([0, 5, 30, 60]),
+            )
+            for i in range(rng.randint(0, 2))
+        ]
+        reqs.extend(out)
+        return out
+
+    run = drive(s, dt=0.1, feed=feed, feed_steps=60)
+    assert s.stats.preemptions > 0
+    for r in reqs:
+        assert r.status is ReqStatus.FINISHED and r.output_len == r.max_new_tokens
+    assert len(run.finished) == len(reqs)
+    assert_all_released(s)
+
+
+# ---------------------------------------------------------------- decode and retraction
+def test_decode_grows_and_finishes() -> None:
+    s = make_sched(64)
+    r = mk("r", seq(1, 7), 0.0, out=4)
+    s.add_request(r)
+    b = s.get_new_batch_prefill(0.0)
+    assert b is not None
+    (done,) = s.prefill_done(b, 0.0)
+    assert done is r and r.output_len == 1 and r.first_token_time == 0.0
+    s.start_decode(r)
+    assert r.owned_end_page == 2
+    fin, ret = s.decode_step(1.0)  # feeds output token 1: 8 tokens fit 2 pages
+    s.check()
+    assert (fin, ret, r.output_len, r.owned_end_page) == ([], [], 2, 2)
+    fin, ret = s.decode_step(2.0)  # feeds token 2: the 9th token takes page 3
+    s.check()
+    assert (fin, ret, r.output_len, r.owned_end_page) == ([], [], 3, 3)
+    fin, _ = s.decode_step(3.0)
+    assert fin == [r] and r.status is ReqStatus.FINISHED and r.finish_time == 3.0
+    assert s.decoding == [] and not s.running
+    assert s.new_token_ratio == s.init_new_token_ratio  # reset when idle
+    assert_all_released(s)
+
+
+def test_decode_page_size_one_takes_one_slot_per_fed_token() -> None:
+    """Page size 1: each step feeds one output token and needs exactly one more slot
+    (the first output token is produced by the prefill without a KV slot)."""
+    s = Scheduler(make_cfg(page_size=1), 64, 1)
+    r = Request.from_tokens("r", seq(1, 10), page_size=1, max_new_tokens=6)
+    assert s.add_request(r) is None
+    b = s.get_new_batch_prefill(0.0)
+    assert b is not None
+    s.prefill_done(b, 0.0)
+    s.start_decode(r)
+    assert (r.output_len, r.owned_end_page) == (1, 10)
+    for k in range(1, 6):
+        fin, ret = s.decode_step(float(k))
+        s.check()
+        assert ret == [] and r.output_len == k + 1
+        if r.status is ReqStatus.DECODING:
+            assert r.owned_end_page == 10 + k  # prompt + output tokens 1..k
+    assert fin == [r] and s.stats.retractions == 0
+    assert_all_released(s)
+
+
+def test_new_token_ratio_decays_without_retraction() -> None:
+    s = make_sched(256)
+    r = mk("r", seq(1, 8), 0.0, out=50)
+    s.add_request(r)
+    b = s.get_new_batch_prefill(0.0)
+    assert b is not None
+    s.prefill_done(b, 0.0)
+    s.start_decode(r)
+    init = s.init_new_token_ratio
+    assert init == pytest.approx(0.7)
+    s.decode_step(1.0)
+    assert s.new_token_ratio == pytest.approx(init - (init - init * 0.14) / 600)
+
+
+def _two_decoding_tight(a_out: int, b_out: int) -> tuple[Scheduler, Request, Request]:
+    """23 pages. a (30 tokens) and b (29 tokens, newer) each take 8 pages; 7 stay free.
+
+    Decode step k feeds output token k (KV = prompt + k tokens) and takes the output
+    to k + 1. a allocates a page at steps 3, 7, 11, 15, b at 4, 8, 12 and 16: at
+    step 16 b needs its 12th page and none is free (a holds 12, b 11).
+    reserve_decode=False: passes reserve no decode room for running requests, so
+    memory can run out while decoding.
+    """
+    s = make_sched(23, reserve_decode=False)
+    a = mk("a", seq(1, 30), 0.0, out=a_out)
+    b = mk("b", seq(2, 29), 1.0, out=b_out)
+    for r in (a, b):  # one pass each: 30 + 20 + 4 < 92, then 29 + 20 + 4 < 92 - 32
+        s.add_request(r)
+        batch = s.get_new_batch_prefill(1.0)
+        assert batch is not None and batch.reqs == [r]
+        for d in s.prefill_done(batch, 1.0):
+            s.start_decode(d)
+        s.check()
+    assert s.pool.free_pages == 7
+    for k in range(1, 16):
+        fin, ret = s.decode_step(1.0 + k)
+        s.check()
+        assert (fin, ret) == ([], [])
+    assert (a.owned_end_page, b.owned_end_page, s.pool.free_pages) == (12, 11, 0)
+    return s, a, b
+
+
+def test_retraction_takes_the_newest_never_an_older_request() -> None:
+    s, a, b = _two_decoding_tight(20, 20)
+    fin, ret = s.decode_step(17.0)  # b is short of a page and is the newest: b goes
+    s.check()
+    assert (fin, ret) == ([], [b])
+    assert a.status is ReqStatus.DECODING and a.output_len == 17
+    assert b.status is ReqStatus.WAITING and b.preemptions == 1 and rids(s.waiting) == ["b"]
+    assert (b.owned_start_page, b.owned_end_page, b.output_len, b.locked_node) == (0, 0, 0, None)
+    assert s.stats.retractions == 1 and rids(s.decoding) == ["a"]
+    assert s.new_token_ratio == pytest.approx(min(1.0, (17 + 20) / (20 + 1)))
+    run = drive(s, now=18.0)
+    assert a.status is b.status is ReqStatus.FINISHED
+    assert a.output_len == 20 and b.output_len == 20
+    # b (29 + 20 + 4 tokens) fits again only once a finishes (3 more steps)
+    assert run.admitted_at["b"] == 3 and a.finish_time == 20.0
+    assert_all_released(s)
+
+
+def test_a_request_finishing_this_step_frees_its_pages_for_the_rest() -> None:
+    s, a, b = _two_decoding_tight(17, 20)
+    fin, ret = s.decode_step(17.0)  # a finishes first; b takes a's freed page
+    s.check()
+    assert (fin, ret) == ([a], [])
+    assert a.status is ReqStatus.FINISHED and a.output_len == 17
+    assert b.status is ReqStatus.DECODING and (b.output_len, b.owned_end_page) == (17, 12)
+    assert s.stats.retractions == 0
+    drive(s, now=18.0)
+    assert b.status is ReqStatus.FINISHED and b.output_len == 20
+    assert_all_released(s)
+
+
+def test_random_decode_pressure_finishes_everything() -> None:
+    """Finished and retracted never overlap, the queue holds only waiting requests."""
+    for seed in range(40):
+        rng = random.Random(seed)
+        s = make_sched(40, reserve_decode=False)
+        reqs = [
+            mk(f"r{i}", seq(i + 1, rng.randint(4, 40)), float(i), out=rng.randint(1, 30))
+            for i in range(8)
+        ]
+        for r in reqs:
+            assert s.add_request(r) is None
+        drive(s, dt=0.1)  # asserts finished and retracted are disjoint every step
+        for r in reqs:
+            assert r.status is ReqStatus.FINISHED and r.output_len == max(1, r.max_new_tokens)
+        assert_all_released(s)
+
+
+def test_decode_step_does_not_overrun_max_new_tokens() -> None:
+    s = make_sched(64)
+    r = mk("r", seq(1, 8), 0.0, out=1)
+    s.add_request(r)
+    b = s.get_new_batch_prefill(0.0)
+    assert b is not None
+    s.prefill_done(b, 0.0)
+    s.start_decode(r)  # an engine that decodes a request already at max_new_tokens
+    fin, _ = s.decode_step(1.0)
+    assert fin == [r] and r.output_len == 1
+    assert_all_released(s)
+
+
+# ---------------------------------------------------------------- slots and chunking
+def test_chunked_continuation_takes_one_slot_not_two() -> None:
+    s = make_sched(chunked_prefill_size=16, max_running_requests=2)
+    a = mk("a", seq(1, 20), 0.0)
+    b = mk("b", seq(2, 4), 1.0)
+    s.add_request(a)
+    s.add_request(b)
+    b1 = s.get_new_batch_prefill(0.0)
+    assert b1 is not None and rids(b1.reqs) == ["a"] and b1.closed_by == "chunk_budget"
+    s.prefill_done(b1, 0.0)
+    b2 = s.get_new_batch_prefill(1.0)
+    s.check()
+    assert b2 is not None and rids(b2.reqs) == ["a", "b"]  # 2 running: a and b
+    assert len(s.running) == 2
+
+
+def test_slot_limit_counts_running_requests() -> None:
+    s = make_sched(max_running_requests=3)
+    for i in range(5):
+        s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i)))
+    b = s.get_new_batch_prefill(5.0)
+    assert b is not None and rids(b.reqs) == ["r0", "r1", "r2"]
+    assert b.closed_by == "max_running_requests"
+    for r in s.prefill_done(b, 5.0):
+        s.start_decode(r)
+    assert s.get_new_batch_prefill(6.0) is None
+    s.check()
+
+
+# ---------------------------------------------------------------- lifecycle
+def test_never_fitting_requests_are_rejected_with_a_reason() -> None:
+    s = make_sched(32)  # 128 tokens
+    too_long = mk("long", seq(1, 200), 0.0, out=8)
+    reason = s.add_request(too_long)
+    assert reason is not None and "KV pages" in reason
+    assert too_long.status is ReqStatus.REJECTED and too_long.reject_reason == reason
+    # prompt + reserved output + one page must stay below the pool: 100 + 24 + 4 = 128
+    edge = mk("edge", seq(2, 100), 0.0, out=24)
+    reason = s.add_request(edge)
+    assert reason is not None and "memory test can never pass" in reason
+    ok = mk("ok", seq(3, 100), 0.0, out=23)
+    assert s.add_request(ok) is None
+    assert s.stats.rejected == 2 and rids(s.waiting) == ["ok"]
+    run = drive(s)
+    assert ok.status is ReqStatus.FINISHED and run.finished == [ok]
+    assert_all_released(s)
+
+
+def test_release_after_prefill_frees_everything_pd_prefill() -> None:
+    s = make_sched(256, mode="pd-prefill", chunked_prefill_size=32)
+    warm_cache(s.cache, W)
+    reqs = [warm(f"w{i}", float(i), i + 1) for i in range(3)] + [
+        cold(f"c{i}", 3.0 + i, i + 1, n=70) for i in range(3)
+    ]
+    for r in reqs:
+        s.add_request(r)
+    now = 10.0
+    while s.has_work:
+        b = s.get_new_batch_prefill(now)
+        s.check()
+        assert b is not None
+        for r in s.prefill_done(b, now):
+            s.check()
+            r.status = ReqStatus.TRANSFERRING
+            s.release(r, now + 0.5)
+            s.check()
+        now += 1.0
+    assert all(r.status is ReqStatus.FINISHED for r in reqs)
+    assert all(r.num_chunks == (3 if r.rid.startswith("c") else 1) for r in reqs)
+    assert_all_released(s)
+
+
+def test_random_mixed_workload_with_affinity_and_chunking() -> None:
+    for seed in range(6):
+        rng = random.Random(seed)
+        s = make_sched(
+            160,
+            enable_affinity=True,
+            chunked_prefill_size=48,
+            schedule_policy=rng.choice(["fcfs", "lpm", "dfs-weight", "lof"]),
+            max_running_requests=rng.choice([None, 4]),
+            affinity_max_head_defers=2,
+        )
+        warm_cache(s.cache, W)
+        reqs: list[Request] = []
+
+        def feed(
+            step: int, now: float, rng: random.Random = rng, reqs: list[Request] = reqs
+        ) -> list[Request]:
+            out: list[Request] = []
+            for i in range(rng.randint(0, 3)):
+                tag = 1000 * (step + 1) + i
+                if rng.random() < 0.6:
+                    out.append(warm(f"w{tag}", now, tag, out=rng.randint(1, 12)))
+                else:
+                    n = rng.randint(5, 150)
+                    out.append(cold(f"c{tag}", now, tag, n=n, out=rng.randint(1, 12)))
+            reqs.extend(out)
+            return out
+
+        run = drive(s, dt=0.2, feed=feed, feed_steps=50)
+        assert all(r.status is ReqStatus.FINISHED for r in reqs), seed
+        assert len({id(r) for r in run.finished}) == len(reqs)
+        assert s.stats.affinity_skips == sum(b.skips for b in run.batches)
+        assert_all_released(s)
