@@ -10,6 +10,7 @@ from __future__ import annotations
 from prefillkit.cache.node import Node
 from prefillkit.cache.prefix import PrefixCache
 from prefillkit.request import Request
+from prefillkit.sched.matching import match_req
 
 # Upstream in-batch prefix caching thresholds (tokens).
 IN_BATCH_PREFIX_CHECK_THRESHOLD = 32
@@ -48,11 +49,10 @@ def order_lpm(waiting: list[Request], cache: PrefixCache) -> list[Request]:
     kt = cache.key_tokens
     probe = -(-IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD // kt) - 1  # unit holding token 32
     seen: set[int] = set()
-    match = cache.match
     scored: list[tuple[int, int, Request]] = []
     for i, req in enumerate(waiting):
         keys = req.keys
-        matched = match(keys, req.max_match_units).units * kt
+        matched = match_req(cache, req).units * kt
         if matched <= IN_BATCH_PREFIX_CHECK_THRESHOLD and len(keys) > probe:
             key = keys[probe]
             if key in seen:
@@ -77,9 +77,8 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
     """
     root = cache.root
     by_node: dict[Node, list[tuple[int, Request]]] = {}
-    match = cache.match
     for req in waiting:
-        m = match(req.keys, req.max_match_units)
+        m = match_req(cache, req)
         by_node.setdefault(m.node, []).append((m.units, req))
     weight: dict[Node, int] = {}
     kids: dict[Node, list[Node]] = {}

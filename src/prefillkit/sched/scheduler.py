@@ -36,6 +36,7 @@ from prefillkit.sched.affinity import (
     decide,
 )
 from prefillkit.sched.buffer import BufferEstimatorContext
+from prefillkit.sched.matching import match_req
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.preempt import pick_victims
 
@@ -242,7 +243,7 @@ class Scheduler:
                     break
                 preempted.extend(victims)
                 slots += len(victims)
-            match = cache.match(req.keys, req.max_match_units)
+            match = match_req(cache, req)
             cls = classify(match.device_units * kt, match.host_units * kt, floor)
             if self.affinity_on:
                 decision = decide(
