@@ -1,4 +1,4 @@
-"""The ``prefillkit`` command line: ``replay``, ``trace-stats`` and ``knobs``.
+"""The ``prefillkit`` command line: replay, compare, report, trace-stats and knobs.
 
 Every :class:`~prefillkit.config.Config` field is a flag of ``replay``, spelled as SGLang
 spells it (``--chunked-prefill-size``); the flags left over after click's own options are
@@ -17,6 +17,7 @@ helpers here (:func:`config_flags_epilog`, :func:`echo_err`, :class:`ConfigFlags
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import inspect
@@ -25,6 +26,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,7 +37,21 @@ from rich.console import Console
 from rich.table import Table
 
 from prefillkit import __version__
+from prefillkit.compare import (
+    VariantOutcome,
+    VariantsInterrupted,
+    check_shared_settings,
+    collect_variants,
+    compare_document,
+    default_jobs,
+    describe_variant,
+    prepare_variants,
+    run_variants,
+    write_compare,
+    write_dir_report,
+)
 from prefillkit.config import GROUPS, Config, ConfigError, field_flag, knob_table
+from prefillkit.report.compare import comparison_table
 from prefillkit.runner import (
     DEFAULT_DEPLOYMENT,
     GENERATORS,
@@ -388,6 +404,144 @@ def _positive_float(min_open: bool = True) -> click.FloatRange:
     return click.FloatRange(min=0.0, min_open=min_open)
 
 
+_WORKLOAD_OPTIONS: tuple[Callable[[Callable[..., Any]], Callable[..., Any]], ...] = (
+    click.option("--trace", metavar="PATH", help="Trace file to replay (default: a generator)."),
+    click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMAT_CHOICES),
+        default="auto",
+        show_default=True,
+        help="Trace format.",
+    ),
+    click.option(
+        "--block-size",
+        type=click.IntRange(min=1),
+        help="Tokens per hash block: overrides the Mooncake (512) / Bailian (16 or blksz_N) "
+        "default, or the agentic generator's block size.",
+    ),
+    click.option(
+        "--generator",
+        type=click.Choice(GENERATORS),
+        help="Built-in workload when no --trace is given: agentic (multi-turn agent sessions) "
+        "or gsp (SGLang generated-shared-prefix). [default: agentic, or gsp when a --gsp-* "
+        "option is given]",
+    ),
+    click.option(
+        "--agentic-sessions",
+        type=click.IntRange(min=1),
+        help=_agentic_help("Agentic: number of sessions.", "num_sessions"),
+    ),
+    click.option(
+        "--agentic-system-prompt-len",
+        type=click.IntRange(min=0),
+        help=_agentic_help("Agentic: shared system prompt tokens.", "system_prompt_len"),
+    ),
+    click.option(
+        "--agentic-session-rate",
+        type=_positive_float(),
+        help=_agentic_help("Agentic: session arrival rate (per second).", "session_arrival_rate"),
+    ),
+    click.option(
+        "--gsp-num-groups",
+        type=click.IntRange(min=1),
+        help=_gsp_help("GSP: system-prompt groups.", "num_groups"),
+    ),
+    click.option(
+        "--gsp-prompts-per-group",
+        type=click.IntRange(min=1),
+        help=_gsp_help("GSP: requests per group.", "prompts_per_group"),
+    ),
+    click.option(
+        "--gsp-system-prompt-len",
+        type=click.IntRange(min=0),
+        help=_gsp_help("GSP: system prompt tokens.", "system_prompt_len"),
+    ),
+    click.option(
+        "--gsp-question-len",
+        type=click.IntRange(min=1),
+        help=_gsp_help("GSP: question tokens.", "question_len"),
+    ),
+    click.option(
+        "--gsp-output-len",
+        type=click.IntRange(min=0),
+        help=_gsp_help("GSP: output tokens.", "output_len"),
+    ),
+    click.option(
+        "--gsp-range-ratio",
+        type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+        help=_gsp_help("GSP: lengths drawn from [len x ratio, len].", "range_ratio"),
+    ),
+    click.option(
+        "--gsp-num-turns",
+        type=click.IntRange(min=1),
+        help=_gsp_help("GSP: turns per conversation.", "num_turns"),
+    ),
+    click.option(
+        "--gsp-request-rate",
+        type=_positive_float(),
+        help=_gsp_help("GSP: Poisson request rate (inf: all at once).", "request_rate"),
+    ),
+    click.option(
+        "--gsp-group-distribution",
+        type=click.Choice(["uniform", "zipf"]),
+        help=_gsp_help("GSP: how requests are spread over groups.", "group_distribution"),
+    ),
+    click.option(
+        "--gsp-zipf-alpha",
+        type=_positive_float(),
+        help=_gsp_help("GSP: Zipf exponent (with zipf).", "zipf_alpha"),
+    ),
+    click.option(
+        "--gsp-ordered",
+        is_flag=True,
+        default=False,
+        help="GSP: keep requests in group order (no shuffle).",
+    ),
+    click.option(
+        "--time-scale",
+        type=_positive_float(),
+        default=1.0,
+        show_default=True,
+        help="Multiply arrival times (0.5 = twice as fast).",
+    ),
+    click.option(
+        "--rate", type=_positive_float(), help="Rescale arrivals to this mean request rate (req/s)."
+    ),
+    click.option(
+        "--max-requests", type=click.IntRange(min=1), help="Replay at most this many requests."
+    ),
+    click.option(
+        "--start",
+        type=click.FloatRange(min=0.0),
+        default=0.0,
+        show_default=True,
+        help="Window start (seconds, original timestamps).",
+    ),
+    click.option(
+        "--duration", type=_positive_float(), help="Window length in seconds (default: to the end)."
+    ),
+    click.option(
+        "--spread-buckets",
+        is_flag=True,
+        help="Spread requests sharing a quantised timestamp over their bucket.",
+    ),
+    click.option(
+        "--skip-bad-rows",
+        is_flag=True,
+        help="Skip (and count) malformed trace rows instead of failing.",
+    ),
+)
+
+
+def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The workload options of ``replay`` (``--trace`` ... ``--skip-bad-rows``), in order;
+    read them back with :func:`_workload_spec`."""
+    for option in reversed(_WORKLOAD_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
 REPLAY_HELP = f"""Replay a trace (or a built-in workload) through the scheduler simulator.
 
 With no arguments, replays the built-in agentic multi-turn workload (multi_turn_agentic,
@@ -414,132 +568,7 @@ partial and exits with status 130.
     help=REPLAY_HELP,
     context_settings=CONTEXT_SETTINGS,
 )
-@click.option("--trace", metavar="PATH", help="Trace file to replay (default: a generator).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMAT_CHOICES),
-    default="auto",
-    show_default=True,
-    help="Trace format.",
-)
-@click.option(
-    "--block-size",
-    type=click.IntRange(min=1),
-    help="Tokens per hash block: overrides the Mooncake (512) / Bailian (16 or blksz_N) "
-    "default, or the agentic generator's block size.",
-)
-@click.option(
-    "--generator",
-    type=click.Choice(GENERATORS),
-    help="Built-in workload when no --trace is given: agentic (multi-turn agent sessions) "
-    "or gsp (SGLang generated-shared-prefix). [default: agentic, or gsp when a --gsp-* "
-    "option is given]",
-)
-@click.option(
-    "--agentic-sessions",
-    type=click.IntRange(min=1),
-    help=_agentic_help("Agentic: number of sessions.", "num_sessions"),
-)
-@click.option(
-    "--agentic-system-prompt-len",
-    type=click.IntRange(min=0),
-    help=_agentic_help("Agentic: shared system prompt tokens.", "system_prompt_len"),
-)
-@click.option(
-    "--agentic-session-rate",
-    type=_positive_float(),
-    help=_agentic_help("Agentic: session arrival rate (per second).", "session_arrival_rate"),
-)
-@click.option(
-    "--gsp-num-groups",
-    type=click.IntRange(min=1),
-    help=_gsp_help("GSP: system-prompt groups.", "num_groups"),
-)
-@click.option(
-    "--gsp-prompts-per-group",
-    type=click.IntRange(min=1),
-    help=_gsp_help("GSP: requests per group.", "prompts_per_group"),
-)
-@click.option(
-    "--gsp-system-prompt-len",
-    type=click.IntRange(min=0),
-    help=_gsp_help("GSP: system prompt tokens.", "system_prompt_len"),
-)
-@click.option(
-    "--gsp-question-len",
-    type=click.IntRange(min=1),
-    help=_gsp_help("GSP: question tokens.", "question_len"),
-)
-@click.option(
-    "--gsp-output-len",
-    type=click.IntRange(min=0),
-    help=_gsp_help("GSP: output tokens.", "output_len"),
-)
-@click.option(
-    "--gsp-range-ratio",
-    type=click.FloatRange(min=0.0, max=1.0, min_open=True),
-    help=_gsp_help("GSP: lengths drawn from [len x ratio, len].", "range_ratio"),
-)
-@click.option(
-    "--gsp-num-turns",
-    type=click.IntRange(min=1),
-    help=_gsp_help("GSP: turns per conversation.", "num_turns"),
-)
-@click.option(
-    "--gsp-request-rate",
-    type=_positive_float(),
-    help=_gsp_help("GSP: Poisson request rate (inf: all at once).", "request_rate"),
-)
-@click.option(
-    "--gsp-group-distribution",
-    type=click.Choice(["uniform", "zipf"]),
-    help=_gsp_help("GSP: how requests are spread over groups.", "group_distribution"),
-)
-@click.option(
-    "--gsp-zipf-alpha",
-    type=_positive_float(),
-    help=_gsp_help("GSP: Zipf exponent (with zipf).", "zipf_alpha"),
-)
-@click.option(
-    "--gsp-ordered",
-    is_flag=True,
-    default=False,
-    help="GSP: keep requests in group order (no shuffle).",
-)
-@click.option(
-    "--time-scale",
-    type=_positive_float(),
-    default=1.0,
-    show_default=True,
-    help="Multiply arrival times (0.5 = twice as fast).",
-)
-@click.option(
-    "--rate", type=_positive_float(), help="Rescale arrivals to this mean request rate (req/s)."
-)
-@click.option(
-    "--max-requests", type=click.IntRange(min=1), help="Replay at most this many requests."
-)
-@click.option(
-    "--start",
-    type=click.FloatRange(min=0.0),
-    default=0.0,
-    show_default=True,
-    help="Window start (seconds, original timestamps).",
-)
-@click.option(
-    "--duration", type=_positive_float(), help="Window length in seconds (default: to the end)."
-)
-@click.option(
-    "--spread-buckets",
-    is_flag=True,
-    help="Spread requests sharing a quantised timestamp over their bucket.",
-)
-@click.option(
-    "--skip-bad-rows",
-    is_flag=True,
-    help="Skip (and count) malformed trace rows instead of failing.",
-)
+@workload_options
 @click.option(
     "--config",
     "config_path",
@@ -552,6 +581,12 @@ partial and exits with status 130.
     help="Write summary.json, requests.csv and batches.csv into DIR (created if needed).",
 )
 @click.option("--name", help="Run name in summary.json [default: the --out folder's name].")
+@click.option(
+    "--report",
+    "write_html",
+    is_flag=True,
+    help="Also write OUT/report.html, a self-contained HTML report (needs --out).",
+)
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table."
 )
@@ -568,6 +603,8 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     quiet: bool = params["quiet"]
 
     out: str | None = params["out"]
+    if params["write_html"] and out is None:
+        raise InputError("--report needs --out DIR (the report is written to DIR/report.html)")
     if out is not None:
         try:
             Path(out).mkdir(parents=True, exist_ok=True)
@@ -609,6 +646,10 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
         click.echo(json.dumps({**doc, "timing": json_ready({"wall_time_s": wall})}, indent=2))
     else:
         print_summary_table(doc, wall_time_s=wall)
+    if params["write_html"] and out is not None:
+        report = write_dir_report(out)
+        if not quiet:
+            echo_err(f"wrote {report}")
     if result.partial:
         done = result.summary.get("completed", 0)
         where = f"; partial results written to {out}" if out is not None else ""
@@ -617,6 +658,216 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             f"requests finished{where}"
         )
         ctx.exit(EXIT_INTERRUPTED)
+
+
+COMPARE_HELP = f"""Replay one workload under several named config variants and compare them.
+
+Every variant replays the same requests (chosen with the workload options, as for
+replay) in its own worker process; the first variant is the baseline. Prints one table:
+each key metric per variant with its delta and ratio against the baseline, then paired
+per-request statistics against the baseline (the distribution of the per-request TTFT
+ratio, and the p99 TTFT difference with a 95% paired bootstrap interval), which tell a
+real gain from noise.
+
+\b
+Variants (at least one; a name is also the variant's folder name):
+  --variant NAME:"FLAGS"     config flags of this variant, e.g.
+                             --variant fcfs:"--schedule-policy fcfs"
+  --variant NAME:@FILE.toml  a TOML config file for this variant
+  --variants-file FILE.toml  [[variant]] tables: name = "...", flags = "...",
+                             config = "FILE.toml" and/or settings by field name
+                             (enable_affinity = true, ...)
+
+The config flags given to compare itself and its --config file are shared by every
+variant; a variant's own file, settings and flags override them (in that order).
+Variants of --variants-file come first, then the --variant options in order. The default
+deployment is replay's (--tp-size {DEFAULT_DEPLOYMENT["tp_size"]} --cp-size \
+{DEFAULT_DEPLOYMENT["cp_size"]} --enable-cp-shared-kv --enable-hierarchical-cache); a
+generated workload uses the baseline's --seed.
+
+\b
+Example (the shared --chunked-prefill-size applies to both variants):
+  prefillkit compare --trace conversation_trace.jsonl --max-requests 400 \\
+    --chunked-prefill-size 8192 --variant fcfs:"--schedule-policy fcfs" \\
+    --variant lpm:"--schedule-policy lpm" --out cmp --report
+
+Every variant is checked before any run starts. With --out DIR, writes DIR/NAME/
+(summary.json, requests.csv, batches.csv) for each variant and DIR/compare.json (the
+table's data); without --out the runs go to a temporary folder. Ctrl-C stops the
+workers and exits with status 130.
+"""
+
+
+@cli.command(
+    "compare",
+    cls=ConfigFlagsCommand,
+    config_defaults=DEFAULT_DEPLOYMENT,
+    help=COMPARE_HELP,
+    context_settings=CONTEXT_SETTINGS,
+)
+@workload_options
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE.toml",
+    help="TOML settings shared by every variant (top level or [prefillkit]); shared flags "
+    "and each variant's settings override it.",
+)
+@click.option(
+    "--variant",
+    "variant_options",
+    multiple=True,
+    metavar='NAME:"FLAGS"|NAME:@FILE.toml',
+    help="A named variant (repeatable): config flags, or a TOML config file, applied on top "
+    "of the shared settings. The first variant is the baseline.",
+)
+@click.option(
+    "--variants-file",
+    metavar="FILE.toml",
+    help="Variants as [[variant]] tables (name, flags and/or settings); they come before "
+    "the --variant options.",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    help="Worker processes running variants in parallel [default: min(variants, CPUs)].",
+)
+@click.option(
+    "--out",
+    metavar="DIR",
+    help="Write DIR/NAME/ (summary.json, requests.csv, batches.csv) per variant and "
+    "DIR/compare.json (created if needed).",
+)
+@click.option(
+    "--report",
+    "write_html",
+    is_flag=True,
+    help="Also write DIR/report.html, a self-contained HTML report (needs --out).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the comparison (compare.json) as JSON instead of a table.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress notes on stderr.")
+@click.pass_context
+def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
+    config_path: str | None = params["config_path"]
+    shared_flags = list(ctx.args)
+    try:
+        ignored = check_shared_settings(config_path, shared_flags)
+    except ConfigError as exc:
+        raise ConfigError(_unknown_flag_message(exc, ctx.command)) from None
+    if ignored:
+        echo_err(f"ignored SGLang flags: {' '.join(dict.fromkeys(ignored))}")
+    spec = _workload_spec(ctx, params)
+    out: str | None = params["out"]
+    if params["write_html"] and out is None:
+        raise InputError("--report needs --out DIR (the report is written to DIR/report.html)")
+    quiet: bool = params["quiet"]
+
+    variants = collect_variants(params["variants_file"], params["variant_options"])
+    prepared = prepare_variants(variants, config_path, shared_flags)
+    for pv in prepared:
+        if pv.ignored:
+            echo_err(
+                f"variant {pv.name!r}: ignored SGLang flags: {' '.join(dict.fromkeys(pv.ignored))}"
+            )
+    jobs: int = params["jobs"] or default_jobs(len(prepared))
+
+    if out is not None:
+        try:
+            Path(out).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot create folder: {_os_reason(exc)}") from None
+
+    workload = load_requests(spec, prepared[0].config)
+    if workload.skipped_rows:
+        line, reason = workload.skipped_rows[0]
+        echo_err(
+            f"skipped {len(workload.skipped_rows):,} bad rows of {spec.trace} "
+            f"(first: line {line}: {reason})"
+        )
+    num_requests = len(workload.records)
+    workload.requests.clear()  # the workers build their own
+
+    def done(outcome: VariantOutcome) -> None:
+        if not quiet:
+            echo_err(f"variant {outcome.name!r}: done in {_fmt_seconds(outcome.wall_time_s)}")
+
+    with contextlib.ExitStack() as stack:
+        root = (
+            out
+            if out is not None
+            else stack.enter_context(tempfile.TemporaryDirectory(prefix="prefillkit-compare-"))
+        )
+        if not quiet:
+            workers = "1 worker process" if jobs == 1 else f"{jobs} worker processes"
+            echo_err(
+                f"comparing {len(prepared)} variants on {num_requests:,} requests from "
+                f"{workload.info['source']} in {workers} (Ctrl-C stops)"
+            )
+        try:
+            run_variants(prepared, workload, root, jobs=jobs, on_done=done)
+        except VariantsInterrupted as exc:
+            echo_err(
+                f"prefillkit: interrupted: stopped the variant runs ({len(exc.finished)} of "
+                f"{len(prepared)} had finished)"
+            )
+            ctx.exit(EXIT_INTERRUPTED)
+        doc = compare_document(
+            prepared, root, workload.info, shared_config=config_path, shared_flags=shared_flags
+        )
+    if out is not None:
+        try:
+            write_compare(doc, out)
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot write results: {_os_reason(exc)}") from None
+        if not quiet:
+            echo_err(f"wrote {out}/compare.json and a run folder per variant")
+
+    if params["as_json"]:
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        console = make_console()
+        console.print(f"workload: {workload.info['source']}", markup=False, highlight=False)
+        if shared_flags or config_path:
+            shared = " ".join(([f"--config {config_path}"] if config_path else []) + shared_flags)
+            console.print(f"shared: {shared}", markup=False, highlight=False)
+        for i, pv in enumerate(prepared):
+            role = " (baseline)" if i == 0 else ""
+            console.print(
+                f"variant {pv.name}{role}: {describe_variant(pv.variant)}",
+                markup=False,
+                highlight=False,
+            )
+        console.print(comparison_table(doc))
+    if params["write_html"] and out is not None:
+        report = write_dir_report(out)
+        if not quiet:
+            echo_err(f"wrote {report}")
+
+
+@cli.command("report", context_settings=CONTEXT_SETTINGS)
+@click.argument("run_dir", metavar="DIR")
+@click.option(
+    "-o",
+    "--output",
+    metavar="PATH",
+    help="Where to write the page [default: DIR/report.html].",
+)
+def report_cmd(run_dir: str, output: str | None) -> None:
+    """Write one self-contained HTML report of a replay or compare --out folder.
+
+    DIR is either a `compare --out` folder (compare.json plus a folder per variant: the
+    page has the comparison and paired statistics) or a `replay --out` folder
+    (summary.json, requests.csv, batches.csv). The page has the configuration, the
+    summary tables and the plots, with every image embedded: it opens from disk in any
+    browser, with no server and no network. Prints the page's path.
+    """
+    click.echo(str(write_dir_report(run_dir, output)))
 
 
 @cli.command("trace-stats", context_settings=CONTEXT_SETTINGS)
