@@ -132,7 +132,9 @@ class Config:
         "scheduler",
     )
     max_running_requests: int | None = _knob(
-        None, "Request-slot limit of the running batch; unset = unlimited.", "scheduler"
+        None,
+        "Slot limit: requests holding KV at once; unset = min(4096, pool tokens / 2).",
+        "scheduler",
     )
     schedule_policy: str = _knob(
         "fcfs", "Waiting-queue order: fcfs, lpm, dfs-weight or lof.", "scheduler"
@@ -250,7 +252,7 @@ class Config:
         16, "Most cold skips per admission pass (W) before the scan stops.", "affinity"
     )
     affinity_max_head_defers: int = _knob(
-        3, "Passes a cold queue head may be deferred (K) before the scan stops.", "affinity"
+        3, "Passes a cold request may be skipped (K) before the scan stops at it.", "affinity"
     )
     affinity_max_age_s: float = _knob(
         5.0, "Cold requests waiting this long (T, seconds) stop the scan instead.", "affinity"
