@@ -96,30 +96,36 @@ class PrefixCache:
         return self.evictable_pages + self.protected_pages
 
     # ------------------------------------------------------------------ match
-    def match(self, keys: list[int], max_units: int, hint: int = 0) -> MatchResult:
-        """Longest cached prefix of ``keys[:max_units]`` (device + host). Never mutates.
+    def match_units(self, keys: list[int], max_units: int, hint: int = 0) -> int:
+        """Units of the longest cached prefix (device + host) of ``keys[:max_units]``.
 
-        ``hint`` is a previous match length of the same chain: when it is still exact
-        (two lookups confirm it) the binary search is skipped. Any hint is safe.
+        A binary search with dict lookups: the cached key set is prefix-closed, so
+        "``keys[i]`` is cached" is monotone in ``i``. ``hint`` is a previous match length
+        of the same chain: when it is still exact (two lookups confirm it) the search
+        is skipped. Any hint is safe. Never mutates.
         """
         index = self.index
-        root = self.root
         if max_units <= 0 or keys[0] not in index:
-            return MatchResult(root, 0, root, 0)
+            return 0
         if keys[max_units - 1] in index:
-            c = max_units
-        elif 0 < hint < max_units and keys[hint - 1] in index and keys[hint] not in index:
-            c = hint
-        else:
-            lo, hi = 1, max_units - 1  # keys[lo-1] in index, keys[hi] not
-            while lo < hi:
-                mid = (lo + hi + 1) >> 1
-                if keys[mid - 1] in index:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            c = lo
-        node = index[keys[c - 1]]
+            return max_units
+        if 0 < hint < max_units and keys[hint - 1] in index and keys[hint] not in index:
+            return hint
+        lo, hi = 1, max_units - 1  # keys[lo-1] in index, keys[hi] not
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if keys[mid - 1] in index:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def match(self, keys: list[int], max_units: int, hint: int = 0) -> MatchResult:
+        """Longest cached prefix of ``keys[:max_units]`` (device + host). Never mutates."""
+        c = self.match_units(keys, max_units, hint)
+        if c == 0:
+            return MatchResult(self.root, 0, self.root, 0)
+        node = self.index[keys[c - 1]]
         if node.on_device:
             return MatchResult(node, c, node, c)
         dev = node.parent

@@ -49,10 +49,13 @@ def order_lpm(waiting: list[Request], cache: PrefixCache) -> list[Request]:
     kt = cache.key_tokens
     probe = -(-IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD // kt) - 1  # unit holding token 32
     seen: set[int] = set()
+    match_units = cache.match_units
     scored: list[tuple[int, int, Request]] = []
     for i, req in enumerate(waiting):
         keys = req.keys
-        matched = match_req(cache, req).units * kt
+        c = match_units(keys, req.max_match_units, req.match_hint)
+        req.match_hint = c
+        matched = c * kt
         if matched <= IN_BATCH_PREFIX_CHECK_THRESHOLD and len(keys) > probe:
             key = keys[probe]
             if key in seen:
@@ -60,7 +63,7 @@ def order_lpm(waiting: list[Request], cache: PrefixCache) -> list[Request]:
                 continue
             seen.add(key)
         scored.append((-matched, i, req))
-    scored.sort(key=lambda t: (t[0] > 0, t[0], t[1]))
+    scored.sort()  # (score, position) are unique: the request itself is never compared
     return [t[2] for t in scored]
 
 

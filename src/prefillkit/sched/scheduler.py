@@ -232,10 +232,17 @@ class Scheduler:
         slots = self.max_running_requests - len(self.running)
         if chunked is not None:
             slots += 1  # the continuation already holds a slot in self.running
+        # NOTE: after a CONTINUE verdict the budgets are known to be open; only the
+        # chunked continuation (admitted before the scan) needs an explicit check.
+        check_budget = chunked is not None
+        scanned = 0
         for req in order:
-            if adder.can_run_list and adder.budget_state() is not AddReqResult.CONTINUE:
-                closed = adder.closed_by
-                break
+            scanned += 1
+            if check_budget:
+                check_budget = False
+                if adder.budget_state() is not AddReqResult.CONTINUE:
+                    closed = adder.closed_by
+                    break
             if len(adder.can_run_list) >= slots:
                 victims = self._try_preempt(req, adder, slots_needed=1, tokens_needed=0)
                 if victims is None:
@@ -302,7 +309,24 @@ class Scheduler:
         self.stats.affinity_stops += stops
         if not adder.can_run_list:
             return None
-        return self._launch(adder, lead, closed, policy_used, len(skipped), stops, preempted, now)
+        batch = self._launch(adder, lead, closed, policy_used, len(skipped), stops, preempted, now)
+        self._drop_admitted(order, scanned)
+        batch.waiting_len = len(self.waiting)
+        return batch
+
+    def _drop_admitted(self, order: list[Request], scanned: int) -> None:
+        """Remove admitted requests from the waiting queue.
+
+        With FCFS the scan order *is* the queue, so only its first ``scanned`` entries
+        can have been admitted: O(scanned) Python work plus one C-level slice copy.
+        """
+        w = self.waiting
+        if order is w:
+            head = [r for r in w[:scanned] if r.status is ReqStatus.WAITING]
+            if len(head) != scanned:
+                self.waiting = head + w[scanned:]
+        else:
+            self.waiting = [r for r in w if r.status is ReqStatus.WAITING]
 
     def _launch(
         self,
@@ -333,8 +357,6 @@ class Scheduler:
                     raise AssertionError(f"{req.rid}: allocation failed after admission")
                 req.owned_end_page = last
             req.num_chunks += 1
-        if any(r.status is not ReqStatus.WAITING for r in self.waiting):
-            self.waiting = [r for r in self.waiting if r.status is ReqStatus.WAITING]
         self.chunked_req = adder.new_chunked_req or (
             self.chunked_req if self.chunked_req in adder.can_run_list else None
         )
