@@ -78,10 +78,28 @@ class AdmissionLimits:
         if self.cp_max_buffer_size is not None and self.buffer_ctx is None:
             raise ValueError("cp_max_buffer_size needs a buffer estimator context")
         if self.cp_prefill_mix_chunked:
-            ident = self.staging_identity
-            # NOTE: the symm staging capacity identity the mixed-chunk design relies on.
-            assert ident is not None and ident[0] + ident[1] == ident[2], (
-                f"cp_prefill_mix_chunked: extend cap + request slack != staging pages {ident}"
+            self._assert_staging_identity()
+
+    def _assert_staging_identity(self) -> None:
+        """The symm staging capacity identity the mixed-chunk design relies on:
+        ``extend cap pages + request slack pages == staging pages``, where the extend cap
+        and the slack are the ones these limits enforce. An explicit raise (not an
+        ``assert`` statement) so that ``python -O`` cannot strip it."""
+        ident = self.staging_identity
+        caps = [
+            v for v in (self.cp_max_total_extend_tokens, self.chunked_prefill_size) if v is not None
+        ]
+        cap_pages = -(-min(caps) // self.page_size) if caps else 0
+        slack_pages = self.cp_max_requests or 0
+        if (
+            ident is None
+            or ident[0] + ident[1] != ident[2]
+            or (ident[0], ident[1]) != (cap_pages, slack_pages)
+        ):
+            raise AssertionError(
+                f"cp_prefill_mix_chunked: extend cap + request slack != staging pages {ident} "
+                f"(these limits enforce an extend cap of {cap_pages} pages and a slack of "
+                f"{slack_pages} pages)"
             )
 
 
@@ -223,9 +241,13 @@ class PrefillAdder:
         p = self.page_size
         prefix_len = req.computed_tokens
         rem_chunk = self.rem_chunk_tokens if self.rem_chunk_tokens is not None else req.input_len
-        rem = min(rem_chunk, int(self.rem_total_tokens)) // p * p
-        if rem <= 0:
+        raw = min(rem_chunk, int(self.rem_total_tokens))
+        if raw <= 0:
             rem = rem_chunk  # NOTE: a chunked request must always make progress
+        else:
+            # Page-aligned down, but never below one page: a memory budget that is
+            # positive yet under a page must not jump to the whole chunk budget.
+            rem = max(raw // p * p, min(p, rem_chunk))
         # Physical room: the chunk cannot exceed what the lanes can still hold.
         cap = self._max_allocatable_extend(prefix_len)
         rem = min(rem, cap)
@@ -254,14 +276,13 @@ class PrefillAdder:
         free = self.pool.free
         ev = self.cache.evictable_lanes
         room = [free[i] + ev[i] - self.planned_lanes[i] for i in range(r)]
-        if min(room) <= 0:
+        if min(room) < 0:  # pragma: no cover - planned pages always fit (checked on admission)
             return 0
         first = -(-prefix_len // p)
-        # Pages are taken round-robin from lane first % r: n pages fit iff each lane's
-        # share fits. The smallest lane bounds the count up to r - 1 extra pages.
-        n = min(room) * r
-        while n > 0 and any(c > room[i] for i, c in enumerate(lane_split(first, n, r))):
-            n -= 1
+        # Pages are taken round-robin starting at lane first % r. Lane i first receives
+        # page number (i - first) % r of the run, then one page every r pages, so n pages
+        # fit lane i iff n <= (i - first) % r + room[i] * r. Exact (not just a bound).
+        n = min((i - first) % r + room[i] * r for i in range(r))
         # The cut must land on a page boundary of the sequence.
         return max(0, (first + n) * p - prefix_len)
 
@@ -276,9 +297,10 @@ class PrefillAdder:
             return True
         if not self.limits.cp_prefill_mix_chunked:
             return False
-        return (req.prefix_len + req.extend_input_len) % self.page_size == 0 and (
-            req.prefix_len % self.page_size == 0
-        )
+        # NOTE: only the carried prefix must be page-aligned (the CP split fails fast
+        # otherwise). A tail chunk ends at the prompt's end, which is normally not
+        # page-aligned, exactly like any follower's extend.
+        return req.prefix_len % self.page_size == 0
 
     # ------------------------------------------------------------------ one request
     def add_one_req(self, req: Request, match: MatchResult | None = None) -> AddReqResult:
