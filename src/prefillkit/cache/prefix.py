@@ -181,10 +181,12 @@ class PrefixCache:
     def record_hit(self, node: Node) -> None:
         """Count an admitted hit on the path to ``node`` (selective write-through)."""
         host = self.host
-        selective = host is not None and host.write_policy == "write_through_selective"
+        if host is None or host.write_policy != "write_through_selective":
+            return  # NOTE: hit counts only drive selective write-through
+        threshold = host.write_through_threshold
         while node is not self.root:
             node.hit_count += 1
-            if selective and not node.on_host and node.hit_count >= host.write_through_threshold:  # type: ignore[union-attr]
+            if not node.on_host and node.hit_count >= threshold:
                 self._backup(node)
             node = node.parent  # type: ignore[assignment]
 

@@ -218,14 +218,23 @@ class PrefillAdder:
         free = self.pool.free
         ev = self.cache.evictable_lanes
         planned = self.planned_lanes
+        if len(planned) == 1:  # no CP lanes: one comparison
+            return planned[0] + sum(e[0] for e in extra) <= free[0] + ev[0]
         for i in range(len(planned)):
             need = planned[i] + sum(e[i] for e in extra)
             if need > free[i] + ev[i]:
                 return False
         return True
 
-    def _plan(self, req: Request, prefix_len: int, extend_len: int, loaded: int) -> None:
-        lanes = self._extend_lanes(prefix_len, extend_len)
+    def _plan(
+        self,
+        prefix_len: int,
+        extend_len: int,
+        loaded: int,
+        lanes: list[int] | None = None,
+    ) -> None:
+        if lanes is None:
+            lanes = self._extend_lanes(prefix_len, extend_len)
         for i, n in enumerate(lanes):
             self.planned_lanes[i] += n
         self.batch_shapes.append(BufferReqShape(prefix_len, extend_len, loaded))
@@ -264,7 +273,7 @@ class PrefillAdder:
         req.loaded_tokens = 0
         self.can_run_list.append(req)
         self._set_chunked_in_batch(req)
-        self._plan(req, prefix_len, extend, 0)
+        self._plan(prefix_len, extend, 0)
         max_new = 0 if truncated else min(req.max_new_tokens, self.limits.clip_max_new_tokens)
         self._update_prefill_budget(prefix_len, extend, max_new)
         return req if truncated else None
@@ -419,7 +428,7 @@ class PrefillAdder:
         if truncated:
             self.new_chunked_req = req
             self._set_chunked_in_batch(req)
-        self._plan(req, prefix_len, extend, loaded)
+        self._plan(prefix_len, extend, loaded, ext_lanes)
         self._update_prefill_budget(prefix_len, extend, 0 if truncated else max_new)
         cache.record_hit(node)  # type: ignore[arg-type]
         return None
