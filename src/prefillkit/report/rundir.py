@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from prefillkit.sim.metrics import BATCH_COLUMNS, REQUEST_COLUMNS
+
 __all__ = [
     "BATCH_COLUMNS",
     "REQUEST_COLUMNS",
@@ -33,41 +35,7 @@ SUMMARY_FILE = "summary.json"
 REQUESTS_FILE = "requests.csv"
 BATCHES_FILE = "batches.csv"
 
-REQUEST_COLUMNS: tuple[str, ...] = (
-    "rid",
-    "arrival_s",
-    "first_scheduled_s",
-    "first_token_s",
-    "ttft_s",
-    "queueing_s",
-    "input_len",
-    "output_len",
-    "num_chunks",
-    "device_hit_tokens",
-    "host_hit_tokens",
-    "recomputed_tokens",
-    "priority",
-    "status",
-    "reject_reason",
-    "preemptions",
-    "affinity_skips",
-)
-BATCH_COLUMNS: tuple[str, ...] = (
-    "batch_id",
-    "start_s",
-    "duration_s",
-    "size",
-    "extend_tokens",
-    "cached_tokens",
-    "load_back_tokens",
-    "buffer_bytes",
-    "lead_class",
-    "closed_by",
-    "has_chunked",
-    "waiting_len",
-    "skips",
-    "defers",
-)
+# NOTE: the column sets are the simulator's (one definition, in sim.metrics).
 
 # Columns that are always text, even when every value happens to look like a number.
 _TEXT_COLUMNS = frozenset({"rid", "status", "reject_reason", "lead_class", "closed_by"})
