@@ -50,7 +50,15 @@ from prefillkit.compare import (
     write_compare,
     write_dir_report,
 )
-from prefillkit.config import GROUPS, Config, ConfigError, field_flag, knob_table
+from prefillkit.config import (
+    GROUPS,
+    Config,
+    ConfigError,
+    blame_config_file,
+    field_flag,
+    knob_table,
+    parse_flags,
+)
 from prefillkit.report.compare import comparison_table
 from prefillkit.runner import (
     DEFAULT_DEPLOYMENT,
@@ -627,12 +635,18 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
                 f"{workload.info['source']} (Ctrl-C stops and keeps partial results)"
             )
 
-    result = run_replay(
-        cfg,
-        workload.requests,
-        progress=not quiet and sys.stderr.isatty(),
-        on_start=announce,
-    )
+    try:
+        result = run_replay(
+            cfg,
+            workload.requests,
+            progress=not quiet and sys.stderr.isatty(),
+            on_start=announce,
+        )
+    except (ConfigError, SimConfigError) as exc:
+        # A deployment the simulator cannot build: name the --config file when the
+        # setting at fault comes from it.
+        flags = parse_flags(list(ctx.args)).values
+        raise type(exc)(blame_config_file(str(exc), params["config_path"], flags)) from None
     doc = summary_document(result, name=name, config=cfg, workload=workload.info)
     wall = result.summary.get("wall_time_s")
     if out is not None:

@@ -259,7 +259,7 @@ def load_variants_file(path: str | Path) -> list[Variant]:
         raise VariantError(f"--variants-file {path}: not valid UTF-8 text ({exc.reason})") from None
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer over Python's digit limit
         raise VariantError(
             f"--variants-file {path}: invalid TOML: {' '.join(str(exc).split())}"
         ) from None

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "ParsedFlags",
+    "blame_config_file",
     "describe",
     "field_flag",
     "knob_table",
@@ -526,7 +528,8 @@ class Config:
         if mem_gb is None:
             raise ConfigError("--device-memory-gb: not set and no GPU preset value given")
         if not math.isfinite(mem_gb) or mem_gb <= 0:
-            raise ConfigError(f"--device-memory-gb must be positive, got {mem_gb}")
+            given = mem_gb if self.device_memory_gb is None else self.device_memory_gb
+            raise ConfigError(f"--device-memory-gb: {given:g} GB is not a usable memory size")
         budget = mem_gb * 1e9 * self.mem_fraction_static
         kv_bytes = budget - weights_bytes_per_gpu
         per_gpu_tokens = int(kv_bytes // self.resolved_kv_bytes_per_token) if kv_bytes > 0 else 0
@@ -551,7 +554,13 @@ class Config:
         if self.hicache_size > 0:
             per_gpu_tokens = int(self.hicache_size * 1e9) // self.resolved_kv_bytes_per_token
             return (per_gpu_tokens // self.resolved_page_size) * self.kv_lanes
-        return int(device_pages * self.hicache_ratio)
+        pages = device_pages * self.hicache_ratio
+        if not math.isfinite(pages):
+            raise ConfigError(
+                f"--hicache-ratio: {self.hicache_ratio:g} x {device_pages} device pages "
+                "is too large a host pool"
+            )
+        return int(pages)
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -569,12 +578,38 @@ class Config:
         values: dict[str, object] = {}
         if toml_path is not None:
             values.update(_load_toml_values(toml_path))
+        flag_names: set[str] = set()
         for key, value in flags.items():
             name = key.replace("-", "_")
             if name not in _FIELD_NAMES:
                 raise ConfigError(f"unknown setting {key!r}{_suggest(name, _FIELD_NAMES)}")
             values[name] = value
-        return cls(**values)
+            flag_names.add(name)
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            raise ConfigError(blame_config_file(str(exc), toml_path, flag_names)) from None
+
+
+def blame_config_file(
+    message: str, toml_path: str | Path | None, flag_names: typing.Iterable[str]
+) -> str:
+    """``message`` prefixed with ``"{toml_path}: "`` when the setting it starts with
+    (``--flag ...``) comes from that TOML file rather than from a command-line flag
+    (``flag_names``: field names given as flags), so the error names its source."""
+    if toml_path is None or message.startswith(f"{toml_path}:"):
+        return message
+    m = re.match(r"--([a-z0-9-]+)", message)
+    if m is None:
+        return message
+    name = m.group(1).replace("-", "_")
+    if name not in _FIELD_NAMES or name in set(flag_names):
+        return message
+    try:
+        in_file = name in _load_toml_values(toml_path)
+    except ConfigError:
+        return message
+    return f"{toml_path}: {message}" if in_file else message
 
 
 # --------------------------------------------------------------------- type checking
@@ -599,6 +634,7 @@ def _field_types() -> dict[str, _TypeSpec]:
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config))
 _FIELD_TYPES: dict[str, _TypeSpec] = _field_types()
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _TYPE_WORDS: dict[type, str] = {
     int: "an integer",
     float: "a number",
@@ -629,6 +665,12 @@ def _check_type(name: str, value: object, prefix: str = "") -> object:
             return value
     elif base is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                where = prefix or field_flag(name)
+                digits = len(str(abs(value)))
+                raise ConfigError(
+                    f"{where}: must fit in a 64-bit integer, got a {digits}-digit number"
+                )
             return value
     elif base is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -685,7 +727,7 @@ def _load_toml_values(path: str | Path) -> dict[str, object]:
         ) from None
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer over Python's digit limit
         raise ConfigError(f"{path}: invalid TOML: {_one_line(str(exc))}") from None
 
     table: dict[str, Any] = data

@@ -122,6 +122,12 @@ class Request:
     reject_reason: str | None = None
     preemptions: int = 0
     extra: dict[str, object] = field(default_factory=dict)
+    # Units a match may cover: at least one prompt token is always computed.
+    # NOTE: derived once in __post_init__ (keys and input_len never change).
+    max_match_units: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.max_match_units = min(len(self.keys), (self.input_len - 1) // self.key_tokens)
 
     @classmethod
     def from_tokens(
@@ -169,11 +175,6 @@ class Request:
             key_tokens=key_tokens,
             priority=priority,
         )
-
-    @property
-    def max_match_units(self) -> int:
-        """Units a match may cover: at least one prompt token is always computed."""
-        return min(len(self.keys), (self.input_len - 1) // self.key_tokens)
 
     @property
     def remaining_tokens(self) -> int:

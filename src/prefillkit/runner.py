@@ -31,6 +31,7 @@ from prefillkit.cache import KVPool, PrefixCache
 from prefillkit.config import Config, parse_flags
 from prefillkit.request import Request
 from prefillkit.sim.engine import Engine, SimResult, key_tokens_of
+from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.generators import generated_shared_prefix, multi_turn_agentic
 from prefillkit.workloads.record import TraceRecord, to_request
 from prefillkit.workloads.replay import (
@@ -85,7 +86,7 @@ def _toml_table(path: str | Path) -> dict[str, object]:
     """
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+    except (OSError, ValueError):  # UnicodeDecodeError, TOMLDecodeError, digit limit
         return {}
     table = data.get("prefillkit", data)
     if not isinstance(table, dict):
@@ -298,7 +299,28 @@ def load_requests(spec: WorkloadSpec, cfg: Config) -> Workload:
         if isinstance(value, float) and math.isinf(value):
             info[key] = "inf"
     requests = [to_request(r, page_size) for r in records]
+    if spec.trace is not None:
+        _check_key_units(requests, spec.trace, page_size)
     return Workload(requests=requests, records=records, info=info, skipped_rows=skipped)
+
+
+def _check_key_units(requests: Sequence[Request], path: str, page_size: int) -> None:
+    """One key-unit size for the whole trace (``lcm(page, block size)`` per request), or a
+    ``WorkloadError`` naming the trace and the first request that differs."""
+    first: Request | None = None
+    for req in requests:
+        if not req.keys:
+            continue
+        if first is None:
+            first = req
+        elif req.key_tokens != first.key_tokens:
+            raise WorkloadError(
+                path,
+                None,
+                f"request {req.rid!r} has key units of {req.key_tokens} tokens but request "
+                f"{first.rid!r} has {first.key_tokens} (page size {page_size}): the block "
+                "sizes of one trace must give one key unit",
+            )
 
 
 # --------------------------------------------------------------------------- replay

@@ -74,6 +74,8 @@ class KVPool:
     # ---- transitions (each keeps the per-lane identity) ----
     def has_free(self, lanes: list[int]) -> bool:
         free = self.free
+        if len(lanes) == 1:
+            return free[0] >= lanes[0]
         return all(free[i] >= n for i, n in enumerate(lanes))
 
     def alloc_owned(self, lanes: list[int]) -> bool:

@@ -154,7 +154,8 @@ class PrefillAdder:
         self.batch_extend_tokens = 0  # page-ceiled, as the CP extend limit counts
         self.batch_cached_tokens = 0  # prefix_len after load-back planning
         self.batch_load_back_tokens = 0
-        self.batch_shapes: list[BufferReqShape] = []
+        # (prefix_len, extend_len, loaded_tokens) per admitted request.
+        self._shapes: list[tuple[int, int, int]] = []
         self.closed_by: CloseReason | None = None
         self.log_hit_tokens = 0
         self.log_input_tokens = 0
@@ -163,16 +164,23 @@ class PrefillAdder:
     def ceil_paged_tokens(self, tokens: int) -> int:
         return -(-tokens // self.page_size) * self.page_size
 
+    def _available_tokens(self) -> int:
+        """Allocator free + evictable tokens (upstream ``available_size + evictable_size``).
+
+        NOTE: read live: locking a prefix moves it from evictable to protected."""
+        return (self.pool.free_total + self.cache.evictable_pages) * self.page_size
+
     @property
     def rem_total_tokens(self) -> float:
-        return self.pool.available_size + self.cache.evictable_size - self.rem_total_token_offset
+        return self._available_tokens() - self.rem_total_token_offset
 
     @property
     def cur_rem_tokens(self) -> float:
-        return self.pool.available_size + self.cache.evictable_size - self.cur_rem_token_offset
+        return self._available_tokens() - self.cur_rem_token_offset
 
     def budget_state(self) -> AddReqResult:
-        if self.rem_total_tokens <= 0 or self.cur_rem_tokens <= 0:
+        avail = self._available_tokens()
+        if avail - self.rem_total_token_offset <= 0 or avail - self.cur_rem_token_offset <= 0:
             return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
         if self.rem_input_tokens <= 0:
             return self._close(AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
@@ -186,9 +194,10 @@ class PrefillAdder:
         return result
 
     def _update_prefill_budget(self, prefix_len: int, extend_len: int, max_new: int) -> None:
-        ext = self.ceil_paged_tokens(extend_len)
-        self.rem_total_token_offset += ext + self.page_size + max_new
-        self.cur_rem_token_offset += ext + self.page_size
+        p = self.page_size
+        ext = -(-extend_len // p) * p
+        self.rem_total_token_offset += ext + p + max_new
+        self.cur_rem_token_offset += ext + p
         self.rem_input_tokens -= ext
         if self.rem_chunk_tokens is not None:
             self.rem_chunk_tokens -= ext
@@ -208,6 +217,11 @@ class PrefillAdder:
         first = -(-prefix_len // p)
         last = -(-(prefix_len + extend_len) // p)
         return lane_split(first, last - first, self.pool.cp_size)
+
+    @property
+    def batch_shapes(self) -> list[BufferReqShape]:
+        """Per-request shapes of the batch admitted so far (buffer-estimator input)."""
+        return [BufferReqShape(*t) for t in self._shapes]
 
     def batch_buffer_bytes(self) -> int:
         """Estimated temporary-buffer bytes of the batch admitted so far (0 without a model)."""
@@ -237,7 +251,7 @@ class PrefillAdder:
             lanes = self._extend_lanes(prefix_len, extend_len)
         for i, n in enumerate(lanes):
             self.planned_lanes[i] += n
-        self.batch_shapes.append(BufferReqShape(prefix_len, extend_len, loaded))
+        self._shapes.append((prefix_len, extend_len, loaded))
         self.batch_load_back_tokens += loaded
 
     # ------------------------------------------------------------------ chunked
@@ -340,10 +354,11 @@ class PrefillAdder:
         req.device_prefix_len = device_prefix
         req.host_hit_len = host_hit
         max_new = min(req.max_new_tokens, limits.clip_max_new_tokens)
-        total_tokens = (req.input_len - device_prefix) + max_new + self.page_size
-        if total_tokens >= self.rem_total_tokens:
+        p = self.page_size
+        total_tokens = (req.input_len - device_prefix) + max_new + p
+        if total_tokens >= self._available_tokens() - self.rem_total_token_offset:
             return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
-        real_input = self.ceil_paged_tokens(req.input_len - device_prefix - host_hit)
+        real_input = -(-(req.input_len - device_prefix - host_hit) // p) * p
         if batch_nonempty and real_input >= self.rem_input_tokens:
             return self._close(AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
 
@@ -367,8 +382,10 @@ class PrefillAdder:
         limits = self.limits
         cache = self.cache
         batch_nonempty = bool(self.can_run_list)
-        total_tokens = (req.input_len - device_prefix) + max_new + self.page_size
-        if total_tokens >= self.rem_total_tokens:  # the lock may shrink evictable
+        p = self.page_size
+        total_tokens = (req.input_len - device_prefix) + max_new + p
+        # NOTE: re-tested under the lock: locking the prefix may shrink evictable.
+        if total_tokens >= self._available_tokens() - self.rem_total_token_offset:
             return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
 
         # HiCache load-back planning: quota = free + evictable device pages per lane.
@@ -381,18 +398,18 @@ class PrefillAdder:
         loaded = host_hit if host_lanes is not None else 0
         prefix_len = device_prefix + loaded
         extend = req.input_len - prefix_len
-        input_tokens = self.ceil_paged_tokens(extend)
+        input_tokens = -(-extend // p) * p
         if batch_nonempty and input_tokens >= self.rem_input_tokens:
             return self._close(AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
         truncated = False
         if self.rem_chunk_tokens is not None and input_tokens > self.rem_chunk_tokens:
-            trunc = self.rem_chunk_tokens // self.page_size * self.page_size
+            trunc = self.rem_chunk_tokens // p * p
             if trunc <= 0:
                 return self._close(AddReqResult.OTHER, CloseReason.CHUNK_BUDGET)
             extend = trunc
             truncated = True
         if batch_nonempty and limits.cp_mode == "bs_gt1":
-            ext = self.ceil_paged_tokens(extend)
+            ext = -(-extend // p) * p
             if (
                 self.cp_extend_limit is not None
                 and self.batch_extend_tokens + ext > self.cp_extend_limit
@@ -405,8 +422,8 @@ class PrefillAdder:
                 return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_CACHED)
             if limits.cp_max_buffer_size is not None:
                 assert limits.buffer_ctx is not None
-                shape = BufferReqShape(prefix_len, extend, loaded)
-                est = estimate_buffer_bytes([*self.batch_shapes, shape], limits.buffer_ctx)
+                shapes = [*self.batch_shapes, BufferReqShape(prefix_len, extend, loaded)]
+                est = estimate_buffer_bytes(shapes, limits.buffer_ctx)
                 if est > limits.cp_max_buffer_size:
                     return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_BUFFER)
         ext_lanes = self._extend_lanes(prefix_len, extend)

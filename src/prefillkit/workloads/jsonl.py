@@ -62,6 +62,7 @@ PathLike = str | os.PathLike[str]
 SkipList = list[tuple[int, str]]
 
 _TOKEN_LIMIT = 2**32
+_INT64 = 2**63
 
 
 class RowError(ValueError):
@@ -156,6 +157,11 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
         obj = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
         raise RowError(f"invalid JSON ({e.msg}, column {e.colno})") from None
+    except RowError:
+        raise
+    except ValueError as e:  # an integer longer than Python's digit limit
+        reason = str(e).split(":", 1)[0]
+        raise RowError(f"invalid JSON: number too large ({reason})") from None
     if not isinstance(obj, dict):
         raise RowError(f"expected a JSON object, got {_json_type(obj)}")
     return obj
@@ -188,10 +194,11 @@ def _show(v: object) -> str:
 
 
 def as_int(key: str, v: object) -> int:
-    """``v`` as an int: a JSON integer or an integral finite float; never a bool."""
-    if type(v) is int:
-        return v
-    if type(v) is float and math.isfinite(v) and v.is_integer():
+    """``v`` as an int: a JSON integer or an integral finite float; never a bool.
+    At most 64 bits: lengths and timestamps beyond that are mistakes, not requests."""
+    if type(v) is int or (type(v) is float and math.isfinite(v) and v.is_integer()):
+        if not -_INT64 <= v < _INT64:
+            raise RowError(f"field '{key}': number too large, got {_show(v)}")
         return int(v)
     if type(v) is float and not math.isfinite(v):
         raise RowError(f"field '{key}': non-finite number {v!r}")
@@ -201,7 +208,10 @@ def as_int(key: str, v: object) -> int:
 def as_number(key: str, v: object) -> float:
     """``v`` as a finite float (int or float; never a bool)."""
     if type(v) is int:
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:
+            raise RowError(f"field '{key}': number too large, got {_show(v)}") from None
     if type(v) is float:
         if not math.isfinite(v):
             raise RowError(f"field '{key}': non-finite number {v!r}")
