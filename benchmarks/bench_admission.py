@@ -36,7 +36,7 @@ from rich.table import Table
 
 from prefillkit.cache.invariants import check_invariants
 from prefillkit.config import Config
-from prefillkit.request import ReqStatus, Request, token_key_chain
+from prefillkit.request import Request, token_key_chain
 from prefillkit.sched import scheduler as scheduler_mod
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.scheduler import Scheduler
@@ -129,9 +129,8 @@ def build_state(w: Workload, cfg: Config) -> Scheduler:
         assert batch is not None
         for r in sched.prefill_done(batch, 0.0):
             sched.start_decode(r)
-    for r in w.waiting:
-        r.status = ReqStatus.WAITING
-        sched.waiting.append(r)
+    for r in w.waiting:  # arrival processing: queue + first match (outside the timer)
+        assert sched.add_request(r) is None
     return sched
 
 
@@ -157,8 +156,6 @@ def bench_one(w: Workload, cfg: Config, repeats: int) -> dict[str, object]:
     timer = OrderTimer()
     for _ in range(repeats):
         sched = build_state(w, cfg)
-        for r in w.waiting:
-            r.match_hint = 0  # NOTE: the first pass after arrival has no hint
         gc.collect()
         gc.disable()
         with patch.object(scheduler_mod, "order_waiting", timer):

@@ -323,10 +323,11 @@ class PrefixCache:
         Returns the per-lane counts allocated, or None (and no change) if impossible.
         """
         lanes = lane_split(start_page, n_pages, self.cp_size)
-        if not self.pool.has_free(lanes):
-            if not self.can_make_room(lanes):
-                return None
-            self.evict_for(lanes)
+        if self.pool.alloc_owned(lanes):
+            return lanes
+        if not self.can_make_room(lanes):
+            return None
+        self.evict_for(lanes)
         self.pool.alloc_owned(lanes)
         return lanes
 

@@ -228,14 +228,17 @@ class PrefillAdder:
         ctx = self.limits.buffer_ctx
         return estimate_buffer_bytes(self.batch_shapes, ctx) if ctx is not None else 0
 
-    def _fits_lanes(self, *extra: list[int]) -> bool:
+    def _fits_lanes(self, lanes: list[int], more: list[int] | None = None) -> bool:
+        """Whether pages already planned this pass plus ``lanes`` (+ ``more``) fit the
+        free + evictable pages of every owner lane."""
         free = self.pool.free
         ev = self.cache.evictable_lanes
         planned = self.planned_lanes
         if len(planned) == 1:  # no CP lanes: one comparison
-            return planned[0] + sum(e[0] for e in extra) <= free[0] + ev[0]
+            need = planned[0] + lanes[0] + (more[0] if more else 0)
+            return need <= free[0] + ev[0]
         for i in range(len(planned)):
-            need = planned[i] + sum(e[i] for e in extra)
+            need = planned[i] + lanes[i] + (more[i] if more else 0)
             if need > free[i] + ev[i]:
                 return False
         return True
@@ -249,8 +252,12 @@ class PrefillAdder:
     ) -> None:
         if lanes is None:
             lanes = self._extend_lanes(prefix_len, extend_len)
-        for i, n in enumerate(lanes):
-            self.planned_lanes[i] += n
+        planned = self.planned_lanes
+        if len(planned) == 1:
+            planned[0] += lanes[0]
+        else:
+            for i, n in enumerate(lanes):
+                planned[i] += n
         self._shapes.append((prefix_len, extend_len, loaded))
         self.batch_load_back_tokens += loaded
 
@@ -427,7 +434,7 @@ class PrefillAdder:
                 if est > limits.cp_max_buffer_size:
                     return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_BUFFER)
         ext_lanes = self._extend_lanes(prefix_len, extend)
-        if not self._fits_lanes(ext_lanes, *([host_lanes] if host_lanes else [])):
+        if not self._fits_lanes(ext_lanes, host_lanes):
             return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
 
         # Certain to be admitted: execute the planned load-back.

@@ -174,6 +174,9 @@ class Scheduler:
             self.stats.rejected += 1
             return reason
         req.status = ReqStatus.WAITING
+        # Match once on arrival (like hashing): every later pass confirms or refreshes
+        # this length from the hint instead of binary-searching from scratch.
+        req.match_hint = self.cache.match_units(req.keys, req.max_match_units)
         self._enqueue(req)
         return None
 
