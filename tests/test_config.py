@@ -51,7 +51,7 @@ def test_defaults_valid() -> None:
     assert cfg.schedule_policy == "fcfs"
     assert cfg.model_spec is get_model("glm-5")
     assert cfg.resolved_kv_bytes_per_token == get_model("glm-5").kv_bytes_per_token_bf16
-    assert cfg.lpm_fallback_queue_len == 128
+    assert cfg.lpm_fallback_queue_len is None  # off: LPM stays affordable on long queues
     assert isinstance(ConfigError("x"), ValueError)
 
 

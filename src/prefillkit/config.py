@@ -142,8 +142,9 @@ class Config:
         "fcfs", "Waiting-queue order: fcfs, lpm, dfs-weight or lof.", "scheduler"
     )
     lpm_fallback_queue_len: int | None = _knob(
-        128,
-        "LPM falls back to FCFS when the waiting queue is longer than this; -1 or none = never.",
+        None,
+        "LPM falls back to FCFS when the waiting queue is longer than this (upstream: 128); "
+        "-1 or none = never (default: matching is cheap, see benchmarks/RESULTS.md).",
         "scheduler",
     )
     schedule_conservativeness: float = _knob(
