@@ -240,17 +240,23 @@ def test_lpm_falls_back_to_fcfs_above_the_queue_limit() -> None:
     assert used == "dfs-weight"
 
 
-def test_lpm_fallback_through_the_scheduler_default_128() -> None:
-    assert Config().lpm_fallback_queue_len == 128
+def test_lpm_fallback_through_the_scheduler_upstream_128() -> None:
+    # Default off (matching is cheap); upstream's 128 is one flag away.
+    assert Config().lpm_fallback_queue_len is None
     for n, expect in ((128, "lpm"), (129, "fcfs")):
-        cfg = Config(page_size=PAGE, schedule_policy="lpm", chunked_prefill_size=None)
+        cfg = Config(
+            page_size=PAGE,
+            schedule_policy="lpm",
+            chunked_prefill_size=None,
+            lpm_fallback_queue_len=128,
+        )
         s = Scheduler(cfg, 4096, PAGE)
         for i in range(n):
             assert s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i), out=4)) is None
         batch = s.get_new_batch_prefill(1000.0)
         assert batch is not None and batch.policy_used == expect
         s.check()
-    cfg = Config(page_size=PAGE, schedule_policy="lpm", lpm_fallback_queue_len=-1)
+    cfg = Config(page_size=PAGE, schedule_policy="lpm")  # the default: never
     s = Scheduler(cfg, 4096, PAGE)
     for i in range(300):
         s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i), out=4))
