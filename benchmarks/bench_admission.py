@@ -124,7 +124,7 @@ def build_state(w: Workload, cfg: Config) -> Scheduler:
     # Running decode requests: admit them alone, finish their prefill, start decoding.
     for r in w.running:
         sched.add_request(r)
-    while sched.waiting:
+    while sched.has_work:
         batch = sched.get_new_batch_prefill(0.0)
         assert batch is not None
         for r in sched.prefill_done(batch, 0.0):

@@ -17,7 +17,6 @@ It imports nothing from the simulator: an engine can embed it.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 
 from prefillkit.cache.host import HostTier
@@ -120,7 +119,9 @@ class Scheduler:
         self.cache = PrefixCache(self.pool, key_tokens, host)
         self.limits = build_limits(cfg, buffer_ctx)
         self.reserve_decode = reserve_decode
-        self.waiting: list[Request] = []  # NOTE: kept in arrival order
+        # NOTE: insertion-ordered = arrival order; O(1) removal of admitted requests.
+        self._waiting: dict[Request, None] = {}
+        self._last_arrival = float("-inf")
         self.chunked_req: Request | None = None
         self.running: dict[str, Request] = {}  # every request holding KV
         self.decoding: list[Request] = []
@@ -181,20 +182,30 @@ class Scheduler:
         return None
 
     def _enqueue(self, req: Request) -> None:
-        w = self.waiting
-        if not w or w[-1].arrival_time <= req.arrival_time:
-            w.append(req)
-        else:  # a preempted/retracted request goes back to its arrival position
-            bisect.insort(w, req, key=lambda r: r.arrival_time)
+        if req.arrival_time >= self._last_arrival:
+            self._waiting[req] = None
+            self._last_arrival = req.arrival_time
+        else:  # a preempted/retracted request goes back to its arrival position (rare)
+            reqs = sorted([*self._waiting, req], key=lambda r: r.arrival_time)
+            self._waiting = dict.fromkeys(reqs)
+
+    @property
+    def waiting(self) -> list[Request]:
+        """The waiting queue in arrival order (a copy)."""
+        return list(self._waiting)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting) or self.chunked_req is not None
+        return bool(self._waiting) or self.chunked_req is not None
 
     # ------------------------------------------------------------------ the pass
     def get_new_batch_prefill(self, now: float) -> PrefillBatch | None:
         """Run one admission pass. The batch's pages are allocated on return."""
-        if not self.waiting and self.chunked_req is None:
+        if not self._waiting and self.chunked_req is None:
             return None
         cfg = self.cfg
         cache = self.cache
@@ -213,7 +224,7 @@ class Scheduler:
                 return None  # no page can be allocated until in-flight requests finish
             lead = BatchLead.WARM  # NOTE: a continuation carries its true prefix
         order, policy_used = order_waiting(
-            self.waiting,
+            list(self._waiting),
             cfg.schedule_policy,
             cache,
             priority=cfg.enable_priority_scheduling,
@@ -238,9 +249,7 @@ class Scheduler:
         # NOTE: after a CONTINUE verdict the budgets are known to be open; only the
         # chunked continuation (admitted before the scan) needs an explicit check.
         check_budget = chunked is not None
-        scanned = 0
         for req in order:
-            scanned += 1
             if check_budget:
                 check_budget = False
                 if adder.budget_state() is not AddReqResult.CONTINUE:
@@ -313,23 +322,7 @@ class Scheduler:
         if not adder.can_run_list:
             return None
         batch = self._launch(adder, lead, closed, policy_used, len(skipped), stops, preempted, now)
-        self._drop_admitted(order, scanned)
-        batch.waiting_len = len(self.waiting)
         return batch
-
-    def _drop_admitted(self, order: list[Request], scanned: int) -> None:
-        """Remove admitted requests from the waiting queue.
-
-        With FCFS the scan order *is* the queue, so only its first ``scanned`` entries
-        can have been admitted: O(scanned) Python work plus one C-level slice copy.
-        """
-        w = self.waiting
-        if order is w:
-            head = [r for r in w[:scanned] if r.status is ReqStatus.WAITING]
-            if len(head) != scanned:
-                self.waiting = head + w[scanned:]
-        else:
-            self.waiting = [r for r in w if r.status is ReqStatus.WAITING]
 
     def _launch(
         self,
@@ -353,6 +346,7 @@ class Scheduler:
                 req.host_hit_tokens = req.loaded_tokens
                 req.status = ReqStatus.PREFILLING
                 self.running[req.rid] = req
+                del self._waiting[req]
             last = -(-(req.prefix_len + req.extend_input_len) // p)
             n = last - req.owned_end_page
             if n > 0:
@@ -373,7 +367,7 @@ class Scheduler:
             lead_class={BatchLead.WARM: "warm", BatchLead.COLD: "cold"}.get(lead, "none"),
             closed_by=(closed or CloseReason.QUEUE_EMPTY).value,
             has_chunked=adder.has_chunked_req_in_batch,
-            waiting_len=len(self.waiting),
+            waiting_len=len(self._waiting),
             policy_used=policy_used,
             skips=skips,
             defers=skips,

@@ -181,7 +181,7 @@ class Engine:
             "evicted_pages": self.sched.cache.device_evicted_pages,
             "stuck": 0
             if partial
-            else len(self.sched.waiting) + (1 if self.sched.chunked_req is not None else 0),
+            else self.sched.num_waiting + (1 if self.sched.chunked_req is not None else 0),
         }
         summary = summarize(self.requests, self.batches, counters=counters, sim_end_s=self.now)
         summary["wall_time_s"] = wallclock.perf_counter() - t0
