@@ -1,0 +1,227 @@
+"""Safety of what prefillkit reads and writes.
+
+- No code path can execute user input: ``src/`` uses no ``eval``/``exec``/``compile``,
+  no ``pickle``/``marshal``/``shelve`` and no ``yaml.load``; configs are read with
+  ``tomllib`` and traces with ``json``/``csv`` only.
+- Outputs are never half-written: every ``--out`` file is written to a temporary file
+  and renamed over the target, so a failure (or an interrupt) in the middle of a write
+  leaves the previous file whole and no temporary file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import prefillkit.sim.output as output
+from prefillkit.cli import run
+from prefillkit.config import Config
+from prefillkit.request import Request
+from prefillkit.sim.output import (
+    BATCHES_FILE,
+    REQUESTS_FILE,
+    SUMMARY_FILE,
+    atomic_write_text,
+    write_run,
+)
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "prefillkit"
+
+# --------------------------------------------------------------------------- no eval
+
+#: Constructs that can run or unpickle arbitrary code, and the parsers that allow it.
+FORBIDDEN: dict[str, re.Pattern[str]] = {
+    "eval(": re.compile(r"\beval\s*\("),
+    "exec(": re.compile(r"\bexec\s*\("),
+    "compile( (builtin)": re.compile(r"(?<![.\w])compile\s*\("),
+    "__import__": re.compile(r"__import__"),
+    "pickle": re.compile(r"pickle", re.IGNORECASE),
+    "marshal": re.compile(r"\bmarshal\b"),
+    "shelve": re.compile(r"\bshelve\b"),
+    "dill": re.compile(r"\bdill\b"),
+    "yaml.load": re.compile(r"yaml\.(load|unsafe_load|full_load)\b"),
+    "import yaml": re.compile(r"^\s*(import|from)\s+yaml\b", re.MULTILINE),
+}
+
+
+def test_src_has_no_code_execution_or_unsafe_deserialisation() -> None:
+    files = sorted(SRC.rglob("*.py"))
+    assert len(files) > 20
+    hits: list[str] = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        for what, pattern in FORBIDDEN.items():
+            for m in pattern.finditer(text):
+                line = text.count("\n", 0, m.start()) + 1
+                hits.append(f"{path.relative_to(SRC)}:{line}: {what}")
+    assert hits == []
+
+
+def test_the_grep_would_catch_them() -> None:
+    """The patterns are live: each matches its construct and ``re.compile`` is allowed."""
+    samples = {
+        "eval(": "x = eval(text)",
+        "exec(": "exec (code)",
+        "compile( (builtin)": "code = compile(src, 'f', 'exec')",
+        "__import__": "m = __import__(name)",
+        "pickle": "import cPickle",
+        "marshal": "import marshal",
+        "shelve": "import shelve",
+        "dill": "import dill",
+        "yaml.load": "yaml.load(stream)",
+        "import yaml": "from yaml import load",
+    }
+    for what, sample in samples.items():
+        assert FORBIDDEN[what].search(sample), what
+    assert not FORBIDDEN["compile( (builtin)"].search("_NAME = re.compile(r'x')")
+    assert not FORBIDDEN["eval("].search("retrieval(x)")
+
+
+def test_parsers_are_tomllib_json_and_csv() -> None:
+    """Config and trace readers import only safe standard-library parsers."""
+    readers = {
+        "config.py": {"tomllib"},
+        "runner.py": {"tomllib"},
+        "compare.py": {"tomllib"},
+        "workloads/jsonl.py": {"json"},
+        "workloads/azure.py": {"csv"},
+    }
+    for rel, parsers in readers.items():
+        text = (SRC / rel).read_text(encoding="utf-8")
+        for parser in parsers:
+            assert re.search(rf"^import {parser}$", text, re.MULTILINE), (rel, parser)
+        assert "yaml" not in text and "pickle" not in text, rel
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+def _leftovers(folder: Path) -> list[str]:
+    """Temporary files of ``atomic_write_text`` (``.NAME.PID.HEX.tmp``) in ``folder``."""
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_atomic_write_replaces_whole_file(tmp_path: Path) -> None:
+    target = tmp_path / "summary.json"
+    atomic_write_text(target, "first\n")
+    atomic_write_text(target, "second, longer content\n")
+    assert target.read_text() == "second, longer content\n"
+    assert _leftovers(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+
+
+@pytest.mark.parametrize("exc", [OSError(28, "No space left on device"), KeyboardInterrupt()])
+@pytest.mark.parametrize("where", ["fsync", "replace"])
+def test_failure_mid_write_keeps_the_previous_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exc: BaseException, where: str
+) -> None:
+    """The write fails after the new text reached the temporary file (fsync: disk full,
+    or Ctrl-C) or at the rename: the old file is untouched and the temporary is gone."""
+    target = tmp_path / "requests.csv"
+    atomic_write_text(target, "old,complete\n1,2\n")
+    seen: list[str] = []
+
+    def fail(*args: Any) -> None:
+        tmp = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+        assert len(tmp) == 1  # the new text is in the temporary file, not the target
+        seen.append(tmp[0].read_text() if where == "replace" else tmp[0].name)
+        raise exc
+
+    monkeypatch.setattr(output.os, where, fail)
+    with pytest.raises(type(exc)):
+        atomic_write_text(target, "new,partial\n" * 1000)
+    assert seen
+    monkeypatch.undo()
+    assert target.read_text() == "old,complete\n1,2\n"
+    assert _leftovers(tmp_path) == []
+
+
+class _Result:
+    """A minimal stand-in for ``SimResult`` (write_run reads these fields only)."""
+
+    def __init__(self, n: int) -> None:
+        self.requests = [Request(f"r{i}", float(i), 10 + i, 1, [], 1) for i in range(n)]
+        self.batches: list[Any] = []
+        self.summary: dict[str, Any] = {"requests": n, "wall_time_s": 0.1}
+        self.deployment: dict[str, Any] = {"total_pages": 1}
+        self.partial = False
+
+
+def _write(folder: Path, n: int) -> None:
+    write_run(_Result(n), folder, name="t", config=Config(), workload={"source": "x"})  # type: ignore[arg-type]
+
+
+def test_write_run_failing_on_the_last_file_leaves_the_previous_run_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """summary.json is written last: when its write fails, the folder still holds the
+    previous run's complete summary (the CSVs are each whole, old or new) and no
+    temporary file."""
+    out = tmp_path / "run"
+    _write(out, 3)
+    old_summary = (out / SUMMARY_FILE).read_text()
+    real_replace: Callable[..., None] = os.replace
+
+    def replace(src: str, dst: str | os.PathLike[str]) -> None:
+        if Path(dst).name == SUMMARY_FILE:
+            raise OSError(5, "Input/output error")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(output.os, "replace", replace)
+    with pytest.raises(OSError):
+        _write(out, 7)
+    monkeypatch.undo()
+    assert (out / SUMMARY_FILE).read_text() == old_summary
+    assert json.loads(old_summary)["metrics"]["requests"] == 3
+    lines = (out / REQUESTS_FILE).read_text().splitlines()
+    assert len(lines) in (1 + 3, 1 + 7)  # header + rows: whole, never cut
+    assert (out / BATCHES_FILE).read_text().startswith("batch_id,")
+    assert _leftovers(out) == []
+
+
+def test_cli_out_leaves_no_temporary_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    for _ in range(2):  # a fresh folder, then over the previous run
+        code = run(["replay", "--max-requests", "20", "--quiet", "--json", "--out", str(out)])
+        assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [SUMMARY_FILE, REQUESTS_FILE, BATCHES_FILE]
+    )
+    doc = json.loads((out / SUMMARY_FILE).read_text())
+    assert doc["partial"] is False and doc["metrics"]["requests"] == 20
+
+
+def test_cli_write_failure_is_one_line_and_keeps_previous_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A disk error while writing --out: exit 2 with one error line naming --out; the
+    previous run's files are intact and no temporary file is left."""
+    monkeypatch.delenv("PREFILLKIT_DEBUG", raising=False)
+    out = tmp_path / "run"
+    assert run(["replay", "--max-requests", "10", "--quiet", "--json", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+
+    def full(*args: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(output.os, "fsync", full)
+    code = run(["replay", "--max-requests", "30", "--quiet", "--json", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in err
+    assert lines[0].startswith(f"prefillkit: error: --out {out}: cannot write results")
+    assert "No space left on device" in lines[0]
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert _leftovers(out) == []
