@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import pytest
 
 from prefillkit.cache import HostTier, KVPool, PrefixCache, check_invariants, lane_split
 from prefillkit.request import ReqStatus, Request
@@ -198,3 +201,18 @@ def snapshot(adder: PrefillAdder) -> dict[str, object]:
         ),
         "log": (adder.log_hit_tokens, adder.log_input_tokens),
     }
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fuzz-long",
+        action="store_true",
+        default=False,
+        help="run the whole-engine fuzz with 10,000 examples (PREFILLKIT_FUZZ_LONG=1)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # NOTE: set before collection: the fuzz module reads it when it is imported.
+    if config.getoption("--fuzz-long"):
+        os.environ["PREFILLKIT_FUZZ_LONG"] = "1"
