@@ -179,7 +179,7 @@ class PrefillAdder:
         return self._available_tokens() - self.cur_rem_token_offset
 
     def budget_state(self) -> AddReqResult:
-        avail = self._available_tokens()
+        avail = (self.pool.free_total + self.cache.evictable_pages) * self.page_size
         if avail - self.rem_total_token_offset <= 0 or avail - self.cur_rem_token_offset <= 0:
             return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
         if self.rem_input_tokens <= 0:
@@ -363,7 +363,8 @@ class PrefillAdder:
         max_new = min(req.max_new_tokens, limits.clip_max_new_tokens)
         p = self.page_size
         total_tokens = (req.input_len - device_prefix) + max_new + p
-        if total_tokens >= self._available_tokens() - self.rem_total_token_offset:
+        avail = (self.pool.free_total + cache.evictable_pages) * p  # _available_tokens()
+        if total_tokens >= avail - self.rem_total_token_offset:
             return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
         real_input = -(-(req.input_len - device_prefix - host_hit) // p) * p
         if batch_nonempty and real_input >= self.rem_input_tokens:
@@ -392,7 +393,8 @@ class PrefillAdder:
         p = self.page_size
         total_tokens = (req.input_len - device_prefix) + max_new + p
         # NOTE: re-tested under the lock: locking the prefix may shrink evictable.
-        if total_tokens >= self._available_tokens() - self.rem_total_token_offset:
+        avail = (self.pool.free_total + cache.evictable_pages) * p  # _available_tokens()
+        if total_tokens >= avail - self.rem_total_token_offset:
             return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
 
         # HiCache load-back planning: quota = free + evictable device pages per lane.
