@@ -232,8 +232,8 @@ def test_zero_length_output(mode: str) -> None:
 
 @pytest.mark.parametrize("policy", ["fcfs", "lpm"])
 def test_50000_request_queue(policy: str) -> None:
-    """50,000 requests arriving at once all complete (lpm falls back to fcfs on such a
-    queue). The wall time is printed, not asserted."""
+    """50,000 requests arriving at once all complete, under FCFS and under LPM (which
+    matches the whole queue every pass). The wall time is printed, not asserted."""
     c = cfg(
         page_size=16,
         schedule_policy=policy,
