@@ -74,6 +74,9 @@ FUZZ_SETTINGS = settings(
 
 #: Upper bound on chunked forwards per replay (keeps an example well under a second).
 MAX_FORWARDS = 300
+#: Engine steps after which a replay counts as a livelock (the examples need a few
+#: thousand at most; a livelock runs forever).
+MAX_STEPS = 200_000
 
 
 class LinearCost:
@@ -370,7 +373,19 @@ def replay(sc: Scenario) -> tuple[Engine, SimResult, list[PassLog]]:
     engine = Engine(cfg, reqs, cost=None if sc.real_cost else LinearCost())
     log = _instrument(engine)
     sched = engine.sched
-    engine.on_progress = lambda finished, total: _step_check(sched)
+    steps = 0
+
+    def step(finished: int, total: int) -> None:
+        nonlocal steps
+        steps += 1
+        _step_check(sched)
+        if steps > MAX_STEPS:
+            raise AssertionError(
+                f"livelock: {steps} engine steps, {finished} of {total} requests done, "
+                f"{sched.stats}"
+            )
+
+    engine.on_progress = step
     result = engine.run()
     return engine, result, log
 
@@ -530,3 +545,48 @@ def test_example_scenario_is_deterministic_and_live(seed: int) -> None:
     }
     sc = Scenario(kw, reqs, 1, False)
     run_scenario(sc)
+
+
+def test_priority_preemption_and_decode_retraction_do_not_livelock() -> None:
+    """Found by this fuzz: colocated decode with priority preemption on memory
+    (``enable_preempt_on_no_token``). Retraction took the *newest* decoding request,
+    which was the high-priority one (priority 6, lower is more important) that had just
+    preempted the older priority-12 request; that one came back, grew, and the newcomer
+    was retracted again, forever (375k preemptions and 125k retractions in 104,000
+    simulated seconds with 4 requests left). Retraction now spares more important
+    requests first."""
+
+    def req(t: float, n: int, out: int, sess: int, prio: int, keyed: bool = True) -> ReqSpec:
+        return ReqSpec(t, n, out, sess % 2, 1, sess, keyed, prio)
+
+    reqs = [
+        req(4.783, 2, 400, 9, 12),
+        req(5.303, 129, 100, 5, 1, keyed=False),
+        req(5.305, 245, 400, 7, 6),
+        req(5.425, 155, 100, 20, 1),
+        req(5.445, 34, 100, 14, 1),
+        req(5.445, 5, 100, 15, 2),
+        req(5.445, 213, 100, 18, 0, keyed=False),
+        req(5.465, 136, 100, 0, 3),
+    ]
+    kw: dict[str, Any] = {
+        "debug_check_invariants": True,
+        "tp_size": 6,
+        "cp_size": 6,
+        "enable_cp_shared_kv": True,
+        "enable_cp_shared_kv_prefill_bs_gt1": True,
+        "cp_shared_kv_prefill_max_requests": 4,
+        "page_size": 64,
+        "max_total_tokens": 1088,  # 17 pages over 6 lanes
+        "mode": "colocated",
+        "new_token_ratio_decay_steps": 5,
+        "enable_priority_scheduling": True,
+        "schedule_low_priority_values_first": True,
+        "priority_scheduling_preemption_threshold": 2,
+        "enable_preempt_on_no_token": True,
+    }
+    sc = Scenario(kw, reqs, 1, False)
+    run_scenario(sc)
+    _, result, _ = replay(sc)
+    assert result.summary["completed"] == len(reqs)
+    assert result.summary["preemptions"] + result.summary["retractions"] < 100

@@ -427,13 +427,15 @@ class Scheduler:
         Oldest requests get memory first; when a page cannot be allocated the newest
         decoding request is retracted (KV freed, back to the queue), as upstream
         retracts from the tail: a newer one than the request short of memory, or that
-        request itself when it is the newest. Finished requests are released at once
-        (their pages serve the rest of the step). Returns (finished, retracted).
+        request itself when it is the newest. Under priority scheduling "oldest" and
+        "newest" rank by priority first (see :meth:`_decode_rank`). Finished requests
+        are released at once (their pages serve the rest of the step). Returns
+        (finished, retracted).
         """
         p = self.page_size
         finished: list[Request] = []
         retracted: list[Request] = []
-        for req in sorted(self.decoding, key=lambda r: (r.arrival_time, r.rid)):
+        for req in sorted(self.decoding, key=self._decode_rank):
             if req.status is not ReqStatus.DECODING:
                 continue  # retracted earlier in this step
             if req.output_len >= req.max_new_tokens:  # nothing left to decode
@@ -474,18 +476,32 @@ class Scheduler:
             self.new_token_ratio = self.init_new_token_ratio
         return finished, retracted
 
+    def _decode_rank(self, req: Request) -> tuple[float, float, str]:
+        """Decode memory order: lower ranks get pages first and are retracted last.
+
+        Arrival order; under priority scheduling the more important requests first.
+        Without the priority term a retraction could evict the high-priority request
+        that priority preemption had just admitted by preempting lower-priority ones,
+        which then come back and are preempted again: a livelock in which neither side
+        ever finishes.
+        """
+        if not self.cfg.enable_priority_scheduling:
+            return (0.0, req.arrival_time, req.rid)
+        sign = 1 if self.cfg.schedule_low_priority_values_first else -1
+        return (float(sign * req.priority), req.arrival_time, req.rid)
+
     def _retract_victim(self, protect: Request) -> Request | None:
-        """Retract the newest decoding request newer than ``protect`` (None if none is:
-        then ``protect`` itself is the newest and is the one to go)."""
-        key = (protect.arrival_time, protect.rid)
+        """Retract the lowest-ranked (newest) decoding request ranked after ``protect``
+        (None if none is: then ``protect`` itself is the last and is the one to go)."""
+        key = self._decode_rank(protect)
         cands = [
             r
             for r in self.decoding
-            if r.status is ReqStatus.DECODING and (r.arrival_time, r.rid) > key
+            if r.status is ReqStatus.DECODING and self._decode_rank(r) > key
         ]
         if not cands:
             return None
-        victim = max(cands, key=lambda r: (r.arrival_time, r.rid))
+        victim = max(cands, key=self._decode_rank)
         self._retract(victim)
         return victim
 
