@@ -50,6 +50,8 @@ def check_invariants(
                 _fail(f"{child} parent pointer is wrong")
             if not child.keys or child.keys[0] != first:
                 _fail(f"{child} is filed under the wrong first key")
+            if child.end != child.start + len(child.keys):
+                _fail(f"{child} end is stale ({len(child.keys)} keys)")
             if child.start != node.end:
                 _fail(f"{child} starts at {child.start}, parent ends at {node.end}")
             if node is not root and child.lock_ref > node.lock_ref:

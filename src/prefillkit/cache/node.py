@@ -12,6 +12,7 @@ class Node:
 
     __slots__ = (
         "children",
+        "end",
         "hit_count",
         "host_lock_ref",
         "keys",
@@ -34,6 +35,9 @@ class Node:
     ) -> None:
         self.keys = keys
         self.start = start
+        # NOTE: end == start + len(keys) always; a split moves start and trims keys
+        # together, so a node's end never changes.
+        self.end = start + len(keys)
         self.parent = parent
         self.children: dict[int, Node] = {}
         self.n_pages = n_pages
@@ -43,11 +47,6 @@ class Node:
         self.on_device = True
         self.on_host = False
         self.hit_count = 0
-
-    @property
-    def end(self) -> int:
-        """Unit index one past this node's last key."""
-        return self.start + len(self.keys)
 
     def __repr__(self) -> str:
         where = ("D" if self.on_device else "") + ("H" if self.on_host else "")

@@ -122,7 +122,10 @@ class PrefixCache:
 
     def match(self, keys: list[int], max_units: int, hint: int = 0) -> MatchResult:
         """Longest cached prefix of ``keys[:max_units]`` (device + host). Never mutates."""
-        c = self.match_units(keys, max_units, hint)
+        return self.match_at(keys, self.match_units(keys, max_units, hint))
+
+    def match_at(self, keys: list[int], c: int) -> MatchResult:
+        """The match of ``keys`` given its length ``c`` in units (from ``match_units``)."""
         if c == 0:
             return MatchResult(self.root, 0, self.root, 0)
         node = self.index[keys[c - 1]]
@@ -143,26 +146,27 @@ class PrefixCache:
             return self.root
         if units < node.end:
             node = self._split(node, units)
-        self._inc_lock(node)
-        return node
+        locked = node
+        root = self.root
+        while node is not root:
+            if node.lock_ref == 0:
+                del self.lru[node]
+                self.evictable_pages -= node.n_pages
+                self.protected_pages += node.n_pages
+                lane_pages = node.lane_pages
+                if len(lane_pages) == 1:
+                    self.evictable_lanes[0] -= lane_pages[0]
+                else:
+                    ev = self.evictable_lanes
+                    for i, n in enumerate(lane_pages):
+                        ev[i] -= n
+            node.lock_ref += 1
+            node = node.parent  # type: ignore[assignment]
+        return locked
 
     def unlock(self, node: Node) -> None:
         if node is not self.root:
             self._dec_lock(node)
-
-    def _inc_lock(self, node: Node) -> None:
-        root = self.root
-        lru = self.lru
-        ev = self.evictable_lanes
-        while node is not root:
-            if node.lock_ref == 0:
-                del lru[node]
-                self.evictable_pages -= node.n_pages
-                self.protected_pages += node.n_pages
-                for i, n in enumerate(node.lane_pages):
-                    ev[i] -= n
-            node.lock_ref += 1
-            node = node.parent  # type: ignore[assignment]
 
     def _dec_lock(self, node: Node) -> None:
         root = self.root
@@ -276,7 +280,7 @@ class PrefixCache:
             node = child
             d = child.end
         if node is not locked:
-            self._inc_lock(node)
+            self.lock(node, node.end)
             self.unlock(locked)
         return node
 
@@ -323,13 +327,18 @@ class PrefixCache:
         Returns the per-lane counts allocated, or None (and no change) if impossible.
         """
         lanes = lane_split(start_page, n_pages, self.cp_size)
+        return lanes if self.alloc_lanes(lanes) else None
+
+    def alloc_lanes(self, lanes: list[int]) -> bool:
+        """Allocate ``lanes[i]`` request-owned pages in each owner lane, evicting LRU
+        nodes as needed. All or nothing."""
         if self.pool.alloc_owned(lanes):
-            return lanes
+            return True
         if not self.can_make_room(lanes):
-            return None
+            return False
         self.evict_for(lanes)
         self.pool.alloc_owned(lanes)
-        return lanes
+        return True
 
     def _evict_device(self, node: Node) -> None:
         """``node`` was popped from the LRU: free its device pages."""
@@ -428,7 +437,7 @@ class PrefixCache:
             n.on_device = True
             self._add_evictable(n)
             pages += n.n_pages
-        self._inc_lock(host_node)
+        self.lock(host_node, host_node.end)
         self.unlock(device_node)
         return LoadBack(host_node, device_node, pages, pages * self.page_size)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 
+from prefillkit.cache.node import Node
 from prefillkit.cache.pool import lane_split
 from prefillkit.cache.prefix import LoadBack, MatchResult, PrefixCache
 from prefillkit.request import Request
@@ -123,18 +124,22 @@ class PrefillAdder:
         self.limits = limits
         self.page_size = limits.page_size
         self.new_token_ratio = new_token_ratio
-        self.rem_input_tokens: int = limits.max_prefill_tokens
-        self.rem_chunk_tokens: int | None = limits.chunked_prefill_size
+        # NOTE: the per-batch budgets are derived, not decremented: rem_input_tokens =
+        # input_budget - batch_extend_tokens, rem_chunk_tokens = chunk_budget -
+        # batch_extend_tokens, cur_rem_token_offset = batch_extend_tokens + page per
+        # admitted request (every admission adds its page-ceiled extend to all three).
+        self.input_budget: int = limits.max_prefill_tokens
+        self.chunk_budget: int | None = limits.chunked_prefill_size
+        self.cp_off = limits.cp_mode == "off"
         clip = limits.clip_max_new_tokens
         self.rem_total_token_offset: float = sum(
             min(r.max_new_tokens - r.output_len, clip) * (1.0 if r.ignore_eos else new_token_ratio)
             for r in running
         )
-        self.cur_rem_token_offset: float = 0.0
         self.cp_extend_limit: int | None = None
         if limits.cp_mode == "bs_gt1":
             user = limits.cp_max_total_extend_tokens
-            chunk = self.rem_chunk_tokens
+            chunk = self.chunk_budget
             # NOTE: min(user limit, chunk budget); the chunk budget when omitted.
             if user is not None and chunk is not None:
                 self.cp_extend_limit = min(user, chunk)
@@ -143,7 +148,7 @@ class PrefillAdder:
             if self.cp_extend_limit is not None:
                 # NOTE: on this path only, the legacy input budget must not stop batching
                 # before the CP extend limit does. Allocator budgets stay unchanged.
-                self.rem_input_tokens = max(self.rem_input_tokens, self.cp_extend_limit)
+                self.input_budget = max(self.input_budget, self.cp_extend_limit)
         self.can_run_list: list[Request] = []
         self.new_chunked_req: Request | None = None
         # NOTE: always updated together (see _set_chunked_in_batch).
@@ -154,11 +159,7 @@ class PrefillAdder:
         self.batch_extend_tokens = 0  # page-ceiled, as the CP extend limit counts
         self.batch_cached_tokens = 0  # prefix_len after load-back planning
         self.batch_load_back_tokens = 0
-        # (prefix_len, extend_len, loaded_tokens) per admitted request.
-        self._shapes: list[tuple[int, int, int]] = []
         self.closed_by: CloseReason | None = None
-        self.log_hit_tokens = 0
-        self.log_input_tokens = 0
 
     # ------------------------------------------------------------------ budgets
     def ceil_paged_tokens(self, tokens: int) -> int:
@@ -169,6 +170,27 @@ class PrefillAdder:
 
         NOTE: read live: locking a prefix moves it from evictable to protected."""
         return (self.pool.free_total + self.cache.evictable_pages) * self.page_size
+
+    @property
+    def rem_input_tokens(self) -> int:
+        return self.input_budget - self.batch_extend_tokens
+
+    @property
+    def rem_chunk_tokens(self) -> int | None:
+        chunk = self.chunk_budget
+        return None if chunk is None else chunk - self.batch_extend_tokens
+
+    @property
+    def cur_rem_token_offset(self) -> int:
+        return self.batch_extend_tokens + self.page_size * len(self.can_run_list)
+
+    @property
+    def log_hit_tokens(self) -> int:
+        return self.batch_cached_tokens
+
+    @property
+    def log_input_tokens(self) -> int:
+        return self.batch_extend_tokens
 
     @property
     def rem_total_tokens(self) -> float:
@@ -194,17 +216,12 @@ class PrefillAdder:
         return result
 
     def _update_prefill_budget(self, prefix_len: int, extend_len: int, max_new: int) -> None:
+        """Charge an admitted request (already in ``can_run_list``) to the budgets."""
         p = self.page_size
         ext = -(-extend_len // p) * p
         self.rem_total_token_offset += ext + p + max_new
-        self.cur_rem_token_offset += ext + p
-        self.rem_input_tokens -= ext
-        if self.rem_chunk_tokens is not None:
-            self.rem_chunk_tokens -= ext
         self.batch_extend_tokens += ext
         self.batch_cached_tokens += prefix_len
-        self.log_hit_tokens += prefix_len
-        self.log_input_tokens += ext
 
     def _set_chunked_in_batch(self, req: Request) -> None:
         self.chunked_req_in_batch = req
@@ -221,7 +238,10 @@ class PrefillAdder:
     @property
     def batch_shapes(self) -> list[BufferReqShape]:
         """Per-request shapes of the batch admitted so far (buffer-estimator input)."""
-        return [BufferReqShape(*t) for t in self._shapes]
+        return [
+            BufferReqShape(r.prefix_len, r.extend_input_len, r.loaded_tokens)
+            for r in self.can_run_list
+        ]
 
     def batch_buffer_bytes(self) -> int:
         """Estimated temporary-buffer bytes of the batch admitted so far (0 without a model)."""
@@ -243,23 +263,11 @@ class PrefillAdder:
                 return False
         return True
 
-    def _plan(
-        self,
-        prefix_len: int,
-        extend_len: int,
-        loaded: int,
-        lanes: list[int] | None = None,
-    ) -> None:
-        if lanes is None:
-            lanes = self._extend_lanes(prefix_len, extend_len)
+    def _plan(self, lanes: list[int]) -> None:
+        """Add an admitted request's extend pages to the pages planned per owner lane."""
         planned = self.planned_lanes
-        if len(planned) == 1:
-            planned[0] += lanes[0]
-        else:
-            for i, n in enumerate(lanes):
-                planned[i] += n
-        self._shapes.append((prefix_len, extend_len, loaded))
-        self.batch_load_back_tokens += loaded
+        for i, n in enumerate(lanes):
+            planned[i] += n
 
     # ------------------------------------------------------------------ chunked
     def add_chunked_req(self, req: Request) -> Request | None:
@@ -294,7 +302,7 @@ class PrefillAdder:
         req.loaded_tokens = 0
         self.can_run_list.append(req)
         self._set_chunked_in_batch(req)
-        self._plan(prefix_len, extend, 0)
+        self._plan(self._extend_lanes(prefix_len, extend))
         max_new = 0 if truncated else min(req.max_new_tokens, self.limits.clip_max_new_tokens)
         self._update_prefill_budget(prefix_len, extend, max_new)
         return req if truncated else None
@@ -338,123 +346,154 @@ class PrefillAdder:
 
         ``match`` is the in-scan match (computed by the caller for classification);
         it is recomputed when not given.
+
+        NOTE: the admission hot path: the budget, lane and plan helpers are inlined
+        (``_extend_lanes``, ``_fits_lanes``, ``_plan``, ``_update_prefill_budget``,
+        ``budget_state`` keep the reference versions used elsewhere).
         """
         limits = self.limits
         cache = self.cache
-        batch_nonempty = bool(self.can_run_list)
-        if batch_nonempty:
+        pool = self.pool
+        can_run = self.can_run_list
+        if can_run and not self.cp_off:
             if limits.cp_mode == "bs1":
                 return self._close(AddReqResult.OTHER, CloseReason.CP_BS1)
             if self.has_chunked_req_in_batch and not self.chunk_allows_followers():
                 return self._close(AddReqResult.OTHER, CloseReason.CHUNKED_SOLO)
-            if (
-                limits.cp_mode == "bs_gt1"
-                and limits.cp_max_requests is not None
-                and len(self.can_run_list) >= limits.cp_max_requests
-            ):
+            if limits.cp_max_requests is not None and len(can_run) >= limits.cp_max_requests:
                 return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_REQUESTS)
         if match is None:
             match = cache.match(req.keys, req.max_match_units)
         kt = cache.key_tokens
-        device_prefix = match.device_units * kt
-        host_hit = match.host_units * kt
+        device_units = match.device_units
+        device_prefix = device_units * kt
+        host_hit = match.units * kt - device_prefix
         req.device_prefix_len = device_prefix
         req.host_hit_len = host_hit
-        max_new = min(req.max_new_tokens, limits.clip_max_new_tokens)
+        max_new = req.max_new_tokens
+        if max_new > limits.clip_max_new_tokens:
+            max_new = limits.clip_max_new_tokens
         p = self.page_size
-        total_tokens = (req.input_len - device_prefix) + max_new + p
-        avail = (self.pool.free_total + cache.evictable_pages) * p  # _available_tokens()
-        if total_tokens >= avail - self.rem_total_token_offset:
+        input_len = req.input_len
+        total_tokens = (input_len - device_prefix) + max_new + p
+        # NOTE: upstream's form (total >= rem_total_tokens), kept for float exactness.
+        if total_tokens >= (pool.free_total + cache.evictable_pages) * p - (
+            self.rem_total_token_offset
+        ):
             return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
-        real_input = -(-(req.input_len - device_prefix - host_hit) // p) * p
-        if batch_nonempty and real_input >= self.rem_input_tokens:
+        rem_input = self.input_budget - self.batch_extend_tokens
+        if can_run and -(-(input_len - device_prefix - host_hit) // p) * p >= rem_input:
             return self._close(AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
 
-        node = cache.lock(match.device_node, match.device_units)
-        result = self._admit_locked(req, match, node, device_prefix, host_hit, max_new)
-        if result is None:
-            return self.budget_state()
-        cache.unlock(node)
-        return result
-
-    def _admit_locked(
-        self,
-        req: Request,
-        match: MatchResult,
-        node: object,
-        device_prefix: int,
-        host_hit: int,
-        max_new: int,
-    ) -> AddReqResult | None:
-        """Admission checks with the device prefix pinned. None = admitted."""
-        limits = self.limits
-        cache = self.cache
-        batch_nonempty = bool(self.can_run_list)
-        p = self.page_size
-        total_tokens = (req.input_len - device_prefix) + max_new + p
+        node = cache.lock(match.device_node, device_units)
         # NOTE: re-tested under the lock: locking the prefix may shrink evictable.
-        avail = (self.pool.free_total + cache.evictable_pages) * p  # _available_tokens()
-        if total_tokens >= avail - self.rem_total_token_offset:
-            return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
+        if total_tokens >= (pool.free_total + cache.evictable_pages) * p - (
+            self.rem_total_token_offset
+        ):
+            return self._reject(node, AddReqResult.NO_TOKEN, CloseReason.MEMORY)
 
         # HiCache load-back planning: quota = free + evictable device pages per lane.
         host_lanes: list[int] | None = None
+        loaded = 0
         if host_hit and host_hit >= limits.load_back_threshold and cache.host is not None:
             u = cache.unit_pages
-            host_lanes = lane_split(match.device_units * u, match.host_units * u, self.pool.cp_size)
-            if not self._fits_lanes(host_lanes):
+            host_lanes = lane_split(device_units * u, match.host_units * u, pool.cp_size)
+            if self._fits_lanes(host_lanes):
+                loaded = host_hit
+            else:
                 host_lanes = None  # quota gate failed: recompute the host hit
-        loaded = host_hit if host_lanes is not None else 0
         prefix_len = device_prefix + loaded
-        extend = req.input_len - prefix_len
-        input_tokens = -(-extend // p) * p
-        if batch_nonempty and input_tokens >= self.rem_input_tokens:
-            return self._close(AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
+        extend = input_len - prefix_len
+        ext = -(-extend // p) * p  # page-ceiled extend, as every budget counts it
+        if can_run and ext >= rem_input:
+            return self._reject(node, AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
         truncated = False
-        if self.rem_chunk_tokens is not None and input_tokens > self.rem_chunk_tokens:
-            trunc = self.rem_chunk_tokens // p * p
-            if trunc <= 0:
-                return self._close(AddReqResult.OTHER, CloseReason.CHUNK_BUDGET)
-            extend = trunc
+        chunk = self.chunk_budget
+        if chunk is not None and ext > chunk - self.batch_extend_tokens:
+            extend = ext = (chunk - self.batch_extend_tokens) // p * p
+            if ext <= 0:
+                return self._reject(node, AddReqResult.OTHER, CloseReason.CHUNK_BUDGET)
             truncated = True
-        if batch_nonempty and limits.cp_mode == "bs_gt1":
-            ext = -(-extend // p) * p
+        if can_run and not self.cp_off and limits.cp_mode == "bs_gt1":
+            reason = self._cp_limit_reason(prefix_len, extend, ext, loaded)
+            if reason is not None:
+                return self._reject(node, AddReqResult.OTHER, reason)
+        # Owner-lane pages this request allocates after the pass (_extend_lanes); the
+        # prefix is page aligned (a key-unit multiple), so they start at its end.
+        first = prefix_len // p
+        n_pages = ext // p
+        planned = self.planned_lanes
+        if len(planned) == 1:  # no CP lanes: one comparison (_fits_lanes)
             if (
-                self.cp_extend_limit is not None
-                and self.batch_extend_tokens + ext > self.cp_extend_limit
+                planned[0] + n_pages + (host_lanes[0] if host_lanes is not None else 0)
+                > pool.free[0] + cache.evictable_lanes[0]
             ):
-                return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_EXTEND)
-            if (
-                limits.cp_max_cached_tokens is not None
-                and self.batch_cached_tokens + prefix_len > limits.cp_max_cached_tokens
-            ):
-                return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_CACHED)
-            if limits.cp_max_buffer_size is not None:
-                assert limits.buffer_ctx is not None
-                shapes = [*self.batch_shapes, BufferReqShape(prefix_len, extend, loaded)]
-                est = estimate_buffer_bytes(shapes, limits.buffer_ctx)
-                if est > limits.cp_max_buffer_size:
-                    return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_BUFFER)
-        ext_lanes = self._extend_lanes(prefix_len, extend)
-        if not self._fits_lanes(ext_lanes, host_lanes):
-            return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
+                return self._reject(node, AddReqResult.NO_TOKEN, CloseReason.MEMORY)
+            planned[0] += n_pages  # _plan
+        else:
+            ext_lanes = lane_split(first, n_pages, pool.cp_size)
+            if not self._fits_lanes(ext_lanes, host_lanes):
+                return self._reject(node, AddReqResult.NO_TOKEN, CloseReason.MEMORY)
+            self._plan(ext_lanes)
 
         # Certain to be admitted: execute the planned load-back.
         if host_lanes is not None:
-            lb = cache.load_back(node, match.node, match.units)  # type: ignore[arg-type]
+            lb = cache.load_back(node, match.node, match.units)
             if lb is None:  # pragma: no cover - guarded by the quota gate above
                 raise AssertionError("load-back failed after its quota gate passed")
             node = lb.deepest
             self.load_backs.append(lb)
-        req.locked_node = node  # type: ignore[assignment]
+            self.batch_load_back_tokens += loaded
+        req.locked_node = node
         req.prefix_len = prefix_len
         req.loaded_tokens = loaded
         req.extend_input_len = extend
-        self.can_run_list.append(req)
+        can_run.append(req)
         if truncated:
             self.new_chunked_req = req
             self._set_chunked_in_batch(req)
-        self._plan(prefix_len, extend, loaded, ext_lanes)
-        self._update_prefill_budget(prefix_len, extend, 0 if truncated else max_new)
-        cache.record_hit(node)  # type: ignore[arg-type]
+            max_new = 0
+        # _update_prefill_budget (the other budgets are derived from these two)
+        rem_total_offset = self.rem_total_token_offset = (
+            self.rem_total_token_offset + ext + p + max_new
+        )
+        used = self.batch_extend_tokens = self.batch_extend_tokens + ext
+        self.batch_cached_tokens += prefix_len
+        if cache.host is not None:
+            cache.record_hit(node)
+        # budget_state, inlined (x - y <= 0 iff y >= x, also in floating point).
+        avail = (pool.free_total + cache.evictable_pages) * p
+        if rem_total_offset >= avail or used + p * len(can_run) >= avail:
+            return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
+        if used >= self.input_budget:
+            return self._close(AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
+        if chunk is not None and used >= chunk:
+            return self._close(AddReqResult.OTHER, CloseReason.CHUNK_BUDGET)
+        return AddReqResult.CONTINUE
+
+    def _reject(self, node: Node, result: AddReqResult, reason: CloseReason) -> AddReqResult:
+        """Reject the candidate whose prefix ``node`` is locked: unlock, close the batch."""
+        self.cache.unlock(node)
+        return self._close(result, reason)
+
+    def _cp_limit_reason(
+        self, prefix_len: int, extend: int, ext: int, loaded: int
+    ) -> CloseReason | None:
+        """Which CP shared-KV batch limit (bs > 1) an additional request would break."""
+        limits = self.limits
+        if (
+            self.cp_extend_limit is not None
+            and self.batch_extend_tokens + ext > self.cp_extend_limit
+        ):
+            return CloseReason.CP_MAX_EXTEND
+        if (
+            limits.cp_max_cached_tokens is not None
+            and self.batch_cached_tokens + prefix_len > limits.cp_max_cached_tokens
+        ):
+            return CloseReason.CP_MAX_CACHED
+        if limits.cp_max_buffer_size is not None:
+            assert limits.buffer_ctx is not None
+            shapes = [*self.batch_shapes, BufferReqShape(prefix_len, extend, loaded)]
+            if estimate_buffer_bytes(shapes, limits.buffer_ctx) > limits.cp_max_buffer_size:
+                return CloseReason.CP_MAX_BUFFER
         return None

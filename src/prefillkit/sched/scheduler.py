@@ -35,7 +35,6 @@ from prefillkit.sched.affinity import (
     decide,
 )
 from prefillkit.sched.buffer import BufferEstimatorContext
-from prefillkit.sched.matching import match_req
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.preempt import pick_victims
 
@@ -239,6 +238,14 @@ class Scheduler:
             self.affinity_promoted = []
         kt = cache.key_tokens
         floor = self.affinity_bounds.warm_floor_tokens
+        affinity_on = self.affinity_on
+        index = cache.index
+        match_units = cache.match_units
+        match_at = cache.match_at
+        cls = ReqClass.COLD
+        can_run = adder.can_run_list
+        CONTINUE = AddReqResult.CONTINUE  # enum members hoisted out of the hot loop
+        EMPTY = BatchLead.EMPTY
         skipped: list[Request] = []
         stops = 0
         preempted: list[Request] = []
@@ -255,16 +262,23 @@ class Scheduler:
                 if adder.budget_state() is not AddReqResult.CONTINUE:
                     closed = adder.closed_by
                     break
-            if len(adder.can_run_list) >= slots:
+            if len(can_run) >= slots:
                 victims = self._try_preempt(req, adder, slots_needed=1, tokens_needed=0)
                 if victims is None:
                     closed = CloseReason.MAX_RUNNING_REQUESTS
                     break
                 preempted.extend(victims)
                 slots += len(victims)
-            match = match_req(cache, req)
-            cls = classify(match.device_units * kt, match.host_units * kt, floor)
-            if self.affinity_on:
+            # NOTE: the hint check of PrefixCache.match_units, inlined (the hint is fresh
+            # after a cache-aware ordering of this pass); two lookups confirm it.
+            keys = req.keys
+            h = req.match_hint
+            if not (0 < h < req.max_match_units and keys[h - 1] in index and keys[h] not in index):
+                h = req.match_hint = match_units(keys, req.max_match_units, h)
+            match = match_at(keys, h)
+            if affinity_on or lead is EMPTY:
+                cls = classify(match.device_units * kt, match.host_units * kt, floor)
+            if affinity_on:
                 decision = decide(
                     cls,
                     lead,
@@ -281,9 +295,13 @@ class Scheduler:
                     self.affinity_promoted.append(req)
                     closed = CloseReason.AFFINITY_STOP
                     break
-            n_before = len(adder.can_run_list)
             res = adder.add_one_req(req, match)
-            if res is AddReqResult.NO_TOKEN and len(adder.can_run_list) == n_before:
+            if res is CONTINUE:  # admitted, and the budgets are still open
+                if lead is EMPTY:
+                    lead = BatchLead.WARM if cls is ReqClass.WARM else BatchLead.COLD
+                continue
+            admitted = bool(can_run) and can_run[-1] is req
+            if res is AddReqResult.NO_TOKEN and not admitted:
                 # Shortfall of the memory test (input - device prefix + max_new + page
                 # must stay below rem_total_tokens); at least one token.
                 need = (
@@ -301,9 +319,10 @@ class Scheduler:
                     slots += len(victims)
                     adder.closed_by = None  # the failed attempt no longer closes the batch
                     res = adder.add_one_req(req)
-            if len(adder.can_run_list) > n_before and lead is BatchLead.EMPTY:
+                    admitted = bool(can_run) and can_run[-1] is req
+            if admitted and lead is EMPTY:
                 lead = BatchLead.WARM if cls is ReqClass.WARM else BatchLead.COLD
-            if res is not AddReqResult.CONTINUE:
+            if res is not CONTINUE:
                 closed = adder.closed_by
                 break
         else:
@@ -337,23 +356,28 @@ class Scheduler:
     ) -> PrefillBatch:
         """Allocate the admitted requests' pages (``prepare_for_extend``)."""
         p = self.page_size
-        cache = self.cache
+        running = self.running
+        waiting = self._waiting
+        prefilling = ReqStatus.PREFILLING
+        waiting_status = ReqStatus.WAITING
         for req in adder.can_run_list:
-            if req.status is ReqStatus.WAITING:
-                req.owned_start_page = req.owned_end_page = req.prefix_len // p
+            if req.status is waiting_status:
+                req.owned_start_page = req.prefix_len // p
                 req.first_scheduled_time = now
                 req.device_hit_tokens = req.device_prefix_len
                 req.host_hit_tokens = req.loaded_tokens
-                req.status = ReqStatus.PREFILLING
-                self.running[req.rid] = req
-                del self._waiting[req]
-            last = -(-(req.prefix_len + req.extend_input_len) // p)
-            n = last - req.owned_end_page
-            if n > 0:
-                if cache.alloc_pages(req.owned_end_page, n) is None:  # pragma: no cover
-                    raise AssertionError(f"{req.rid}: allocation failed after admission")
-                req.owned_end_page = last
+                req.status = prefilling
+                running[req.rid] = req
+                del waiting[req]
+            # NOTE: prefix_len is page aligned for a new request (a key-unit multiple)
+            # and a continuation's prefix ends where its owned pages end.
+            req.owned_end_page = -(-(req.prefix_len + req.extend_input_len) // p)
             req.num_chunks += 1
+        # One allocation for the whole batch: the adder planned exactly these pages per
+        # owner lane (and checked they fit free + evictable), so LRU eviction takes the
+        # same nodes as allocating request by request would.
+        if not self.cache.alloc_lanes(adder.planned_lanes):  # pragma: no cover
+            raise AssertionError(f"allocation of {adder.planned_lanes} failed after admission")
         self.chunked_req = adder.new_chunked_req or (
             self.chunked_req if self.chunked_req in adder.can_run_list else None
         )
