@@ -13,6 +13,7 @@ from prefillkit.cache import (
     lane_split,
 )
 from prefillkit.request import Request, block_key_chain, token_key_chain
+from prefillkit.sched.matching import refresh_match
 
 
 def make_cache(
@@ -77,8 +78,26 @@ def test_token_chain_equal_prefix_equal_keys() -> None:
 
 
 def test_block_chain_drops_partial_last_block() -> None:
-    assert block_key_chain([7, 8, 9], 1100, 512, 512) == [7, 8]
-    assert block_key_chain([1, 2, 3, 4, 5, 6, 7, 8], 128, 16, 64) == [4, 8]
+    assert len(block_key_chain([7, 8, 9], 1100, 512, 512)) == 2
+    assert len(block_key_chain([1, 2, 3, 4, 5, 6, 7, 8], 128, 16, 64)) == 2
+    assert block_key_chain([7], 500, 512, 512) == []
+
+
+def test_block_chain_keys_name_whole_prefixes() -> None:
+    """Keys are chained: equal key at unit i iff equal ids through unit i, whether the
+    trace's ids are chain-consistent or name only their own block's content."""
+    a = block_key_chain([1, 2, 3], 3 * 512, 512, 512)
+    assert block_key_chain([1, 2, 4], 3 * 512, 512, 512)[:2] == a[:2]
+    assert block_key_chain([1, 2, 4], 3 * 512, 512, 512)[2] != a[2]
+    # Same block content (id 2, 3) after a different first block: a different prefix.
+    b = block_key_chain([9, 2, 3], 3 * 512, 512, 512)
+    assert all(x != y for x, y in zip(a, b, strict=True))
+    # Every block of a unit counts, not only the last one.
+    c = block_key_chain([1, 2, 3, 4], 64, 16, 64)
+    assert block_key_chain([1, 9, 3, 4], 64, 16, 64) != c
+    assert block_key_chain([1, 2, 3, 4], 64, 16, 64) == c  # deterministic
+    # Ids outside the unsigned 64-bit range are accepted (folded).
+    assert len(block_key_chain([-1, 2**70], 1024, 512, 512)) == 2
 
 
 def test_match_empty_and_full() -> None:
@@ -278,8 +297,17 @@ def test_random_operations_keep_invariants(
     cache = make_cache(total, 4, cp, host, policy, unit_pages)
     live: list[tuple[object, list[int], int, int]] = []  # (node, keys, start_page, end_page)
     lbs = []
+    # One waiting request per chain seen, never re-created: its match hint (length and
+    # node) goes stale in every way the operations allow, and must still be confirmed
+    # or refreshed exactly (sched/matching.py).
+    watchers: dict[tuple[int, ...], Request] = {}
+    kt = cache.key_tokens
     for op, fam, length, div in ops:
         keys = chain(*([fam] * min(div, length) + [fam * 10 + 7] * (length - min(div, length))))
+        if tuple(keys) not in watchers:
+            w = Request(f"w{len(watchers)}", 0.0, (len(keys) + 1) * kt, 1, keys, kt)
+            refresh_match(cache, w)
+            watchers[tuple(keys)] = w
         if op == "admit":
             m = cache.match(keys, len(keys))
             node = cache.lock(m.device_node, m.device_units)
@@ -319,6 +347,10 @@ def test_random_operations_keep_invariants(
             cache.pool.release_owned(lane_split(start, end - start, cp))
             cache.unlock(node)
         check_invariants(cache, [(s, e) for _, _, s, e in live])
+        for w in watchers.values():
+            c = refresh_match(cache, w)
+            assert c == cache.match_units(w.keys, w.max_match_units)
+            assert w.match_node is (cache.index[w.keys[c - 1]] if c else cache.root)
     for lb in lbs:
         cache.finish_load_back(lb)
     for node, keys, start, end in live:

@@ -48,7 +48,7 @@ from hypothesis import strategies as st
 
 from prefillkit.config import Config
 from prefillkit.models import MODELS
-from prefillkit.request import ReqStatus, Request
+from prefillkit.request import ReqStatus, Request, block_key_chain
 from prefillkit.sched.scheduler import PrefillBatch, Scheduler
 from prefillkit.sim.cost import ReqShape
 from prefillkit.sim.engine import Engine, SimResult
@@ -126,20 +126,22 @@ class Scenario:
         return Config(**self.cfg_kwargs)
 
     def requests(self) -> list[Request]:
-        """Fresh requests (a replay mutates them). Keys are chain consistent: key ``i``
-        names the prompt's first ``i + 1`` units."""
+        """Fresh requests (a replay mutates them). Keys are chained (key ``i`` names the
+        prompt's first ``i + 1`` units), so a session continued under another system
+        prompt group shares nothing past the point where the two differ."""
         page = int(self.config().resolved_page_size)
         kt = page * self.key_mult
         out: list[Request] = []
         for i, s in enumerate(self.reqs):
-            keys: list[int] = []
+            raw: list[int] = []
             if s.keyed:
                 sys_units = s.sys_tokens // kt
                 for u in range(s.input_len // kt):
                     if u < sys_units:
-                        keys.append(1 + s.group * 10_000_000 + u)
+                        raw.append(1 + s.group * 10_000_000 + u)
                     else:
-                        keys.append(10**12 + s.session * 10_000_000 + u)
+                        raw.append(10**12 + s.session * 10_000_000 + u)
+            keys = block_key_chain(raw, len(raw) * kt, kt, kt)
             out.append(
                 Request(
                     rid=f"r{i}",

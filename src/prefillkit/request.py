@@ -8,9 +8,9 @@ match with dict lookups and never re-hashes on an admission pass.
 - From token ids: ``key_tokens == page_size`` and key ``i`` is xxh3-64 of unit ``i``'s
   token bytes seeded with key ``i - 1`` (a chained hash).
 - From a trace's block hash ids (Mooncake: 512-token blocks, Bailian: 16-token blocks):
-  ``key_tokens = lcm(page_size, block_size)`` and key ``i`` is the id of the last block
-  inside unit ``i``. Trace ids are chain-consistent (id equality means whole-prefix
-  equality), so the last block's id identifies the whole unit prefix.
+  ``key_tokens = lcm(page_size, block_size)`` and key ``i`` is xxh3-64 of unit ``i``'s
+  block ids seeded with key ``i - 1``, so a key names its whole prefix whatever the
+  trace's ids mean (chain-consistent ids or per-block content hashes).
 
 NOTE: only *complete* units get a key. A partial last page or block is never shared.
 """
@@ -58,14 +58,28 @@ def token_key_chain(tokens: Sequence[int], page_size: int) -> list[int]:
 def block_key_chain(
     hash_ids: Sequence[int], input_len: int, block_size: int, key_tokens: int
 ) -> list[int]:
-    """Keys for units of ``key_tokens`` tokens from per-block chain-consistent ids.
+    """Chained keys for units of ``key_tokens`` tokens from a trace's per-block ids.
 
-    ``key_tokens`` must be a multiple of ``block_size``. Unit ``i`` gets the id of its
-    last block; only units whose tokens are all inside ``input_len`` get a key.
+    ``key_tokens`` must be a multiple of ``block_size``. Key ``i`` is xxh3-64 of unit
+    ``i``'s block ids seeded with key ``i - 1``; only units whose tokens are all inside
+    ``input_len`` get a key. NOTE: chaining makes equal keys mean equal whole prefixes
+    even for ids that name only a block's own content; for chain-consistent ids
+    (Mooncake) it changes nothing: equal id chains give equal keys.
     """
     per = key_tokens // block_size
     n_units = min(input_len // key_tokens, len(hash_ids) // per)
-    return [int(hash_ids[(i + 1) * per - 1]) for i in range(n_units)]
+    if n_units == 0:
+        return []
+    mask = 0xFFFF_FFFF_FFFF_FFFF
+    raw = array("Q", [int(x) & mask for x in hash_ids[: n_units * per]]).tobytes()
+    step = per * 8
+    keys: list[int] = []
+    prev = 0
+    h = xxhash.xxh3_64_intdigest
+    for off in range(0, n_units * step, step):
+        prev = h(raw[off : off + step], prev)
+        keys.append(prev)
+    return keys
 
 
 def key_tokens_for_blocks(page_size: int, block_size: int) -> int:
@@ -109,8 +123,12 @@ class Request:
     # Output tokens produced so far (colocated decode).
     output_len: int = 0
     head_defers: int = 0  # passes in which affinity skipped this request
-    # Last match length in units: lets the next match confirm it in two lookups.
+    # Last match length in units and the node holding its last unit (the root when
+    # nothing matched): the next pass confirms the match from the node alone (see
+    # sched/matching.py). NOTE: match_node is a node of the cache of the scheduler the
+    # request was added to (add_request sets both).
     match_hint: int = 0
+    match_node: Node | None = None
 
     # ---- metrics ----
     first_scheduled_time: float | None = None
@@ -164,7 +182,7 @@ class Request:
         max_new_tokens: int = 128,
         priority: int = 0,
     ) -> Request:
-        """Build a request from a trace's chain-consistent per-block hash ids."""
+        """Build a request from a trace's per-block hash ids (chained into keys)."""
         key_tokens = key_tokens_for_blocks(page_size, block_size)
         return cls(
             rid=rid,

@@ -128,7 +128,10 @@ class PrefixCache:
         """The match of ``keys`` given its length ``c`` in units (from ``match_units``)."""
         if c == 0:
             return MatchResult(self.root, 0, self.root, 0)
-        node = self.index[keys[c - 1]]
+        return self.match_node(self.index[keys[c - 1]], c)
+
+    def match_node(self, node: Node, c: int) -> MatchResult:
+        """The match of length ``c`` > 0 units whose last unit is held by ``node``."""
         if node.on_device:
             return MatchResult(node, c, node, c)
         dev = node.parent

@@ -132,10 +132,14 @@ class PrefillAdder:
         self.chunk_budget: int | None = limits.chunked_prefill_size
         self.cp_off = limits.cp_mode == "off"
         clip = limits.clip_max_new_tokens
-        self.rem_total_token_offset: float = sum(
-            min(r.max_new_tokens - r.output_len, clip) * (1.0 if r.ignore_eos else new_token_ratio)
-            for r in running
-        )
+        # Decode room reserved for the running requests (summed in order, as upstream).
+        offset: float = 0
+        for r in running:
+            left = r.max_new_tokens - r.output_len
+            if left > clip:
+                left = clip
+            offset += left * (1.0 if r.ignore_eos else new_token_ratio)
+        self.rem_total_token_offset: float = offset
         self.cp_extend_limit: int | None = None
         if limits.cp_mode == "bs_gt1":
             user = limits.cp_max_total_extend_tokens

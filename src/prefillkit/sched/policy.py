@@ -10,6 +10,7 @@ from __future__ import annotations
 from prefillkit.cache.node import Node
 from prefillkit.cache.prefix import PrefixCache
 from prefillkit.request import Request
+from prefillkit.sched.matching import refresh_match
 
 # Upstream in-batch prefix caching thresholds (tokens).
 IN_BATCH_PREFIX_CHECK_THRESHOLD = 32
@@ -48,20 +49,10 @@ def order_lpm(waiting: list[Request], cache: PrefixCache) -> list[Request]:
     kt = cache.key_tokens
     probe = -(-IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD // kt) - 1  # unit holding token 32
     seen: set[int] = set()
-    match_units = cache.match_units
-    index = cache.index
     scored: list[tuple[int, int, Request]] = []
     for i, req in enumerate(waiting):
-        keys = req.keys
-        h = req.match_hint
-        # NOTE: the hint check of PrefixCache.match_units, inlined: this loop runs over
-        # the whole queue every pass, and most matches did not change since the last.
-        if 0 < h < req.max_match_units and keys[h - 1] in index and keys[h] not in index:
-            c = h
-        else:
-            c = req.match_hint = match_units(keys, req.max_match_units, h)
-        matched = c * kt
-        if matched <= IN_BATCH_PREFIX_CHECK_THRESHOLD and len(keys) > probe:
+        matched = refresh_match(cache, req) * kt
+        if matched <= IN_BATCH_PREFIX_CHECK_THRESHOLD and len(keys := req.keys) > probe:
             key = keys[probe]
             if key in seen:
                 scored.append((1, i, req))  # deprioritised: after every other request
@@ -85,17 +76,9 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
     """
     root = cache.root
     by_node: dict[Node, list[tuple[int, Request]]] = {}
-    index = cache.index
-    match_units = cache.match_units
     for req in waiting:
-        keys = req.keys
-        h = req.match_hint
-        if 0 < h < req.max_match_units and keys[h - 1] in index and keys[h] not in index:
-            c = h  # the hint is still exact (see order_lpm)
-        else:
-            c = req.match_hint = match_units(keys, req.max_match_units, h)
-        node = index[keys[c - 1]] if c else root
-        by_node.setdefault(node, []).append((c, req))
+        c = refresh_match(cache, req)
+        by_node.setdefault(req.match_node, []).append((c, req))  # type: ignore[arg-type]
     weight: dict[Node, int] = {}
     kids: dict[Node, list[Node]] = {}
     for node, node_reqs in by_node.items():

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from prefillkit.cache.host import HostTier
 from prefillkit.cache.invariants import check_invariants
 from prefillkit.cache.pool import KVPool, lane_split
-from prefillkit.cache.prefix import LoadBack, PrefixCache
+from prefillkit.cache.prefix import LoadBack, MatchResult, PrefixCache
 from prefillkit.config import Config
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.adder import AddReqResult, AdmissionLimits, CloseReason, PrefillAdder
@@ -35,6 +35,7 @@ from prefillkit.sched.affinity import (
     decide,
 )
 from prefillkit.sched.buffer import BufferEstimatorContext
+from prefillkit.sched.matching import refresh_match
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.preempt import pick_victims
 
@@ -176,7 +177,8 @@ class Scheduler:
         req.status = ReqStatus.WAITING
         # Match once on arrival (like hashing): every later pass confirms or refreshes
         # this length from the hint instead of binary-searching from scratch.
-        req.match_hint = self.cache.match_units(req.keys, req.max_match_units)
+        req.match_node = None  # NOTE: any node of another cache is void here
+        refresh_match(self.cache, req)
         self._enqueue(req)
         return None
 
@@ -219,7 +221,7 @@ class Scheduler:
         chunked = self.chunked_req
         if chunked is not None:
             adder.add_chunked_req(chunked)
-            if chunked not in adder.can_run_list:
+            if not adder.can_run_list:
                 return None  # no page can be allocated until in-flight requests finish
             lead = BatchLead.WARM  # NOTE: a continuation carries its true prefix
         order, policy_used = order_waiting(
@@ -239,9 +241,8 @@ class Scheduler:
         kt = cache.key_tokens
         floor = self.affinity_bounds.warm_floor_tokens
         affinity_on = self.affinity_on
-        index = cache.index
-        match_units = cache.match_units
-        match_at = cache.match_at
+        match_node = cache.match_node
+        root_match = MatchResult(cache.root, 0, cache.root, 0)
         cls = ReqClass.COLD
         can_run = adder.can_run_list
         CONTINUE = AddReqResult.CONTINUE  # enum members hoisted out of the hot loop
@@ -269,13 +270,8 @@ class Scheduler:
                     break
                 preempted.extend(victims)
                 slots += len(victims)
-            # NOTE: the hint check of PrefixCache.match_units, inlined (the hint is fresh
-            # after a cache-aware ordering of this pass); two lookups confirm it.
-            keys = req.keys
-            h = req.match_hint
-            if not (0 < h < req.max_match_units and keys[h - 1] in index and keys[h] not in index):
-                h = req.match_hint = match_units(keys, req.max_match_units, h)
-            match = match_at(keys, h)
+            h = refresh_match(cache, req)
+            match = match_node(req.match_node, h) if h else root_match
             if affinity_on or lead is EMPTY:
                 cls = classify(match.device_units * kt, match.host_units * kt, floor)
             if affinity_on:
@@ -378,8 +374,10 @@ class Scheduler:
         # same nodes as allocating request by request would.
         if not self.cache.alloc_lanes(adder.planned_lanes):  # pragma: no cover
             raise AssertionError(f"allocation of {adder.planned_lanes} failed after admission")
+        # NOTE: a continuation is always admitted first, before the scan.
+        can_run = adder.can_run_list
         self.chunked_req = adder.new_chunked_req or (
-            self.chunked_req if self.chunked_req in adder.can_run_list else None
+            self.chunked_req if can_run and can_run[0] is self.chunked_req else None
         )
         return PrefillBatch(
             reqs=list(adder.can_run_list),

@@ -21,10 +21,11 @@ and the prompt, given in exactly one of these forms:
   ``[0, 2**32)``). The prompt length is ``len(tokens)``; an ``input_len`` field, if
   present, must equal it. Requests are hashed page by page on load.
 - **block hashes**: ``"hash_ids": [int, ...]``, ``"block_size": int > 0`` and
-  ``"input_len": int > 0`` -- chain-consistent per-block hash ids, as in the Mooncake
-  and Bailian traces: equal id at position ``i`` means equal prompt prefix through
-  block ``i``. ``len(hash_ids)`` must equal ``ceil(input_len / block_size)``; the last
-  block may be partial.
+  ``"input_len": int > 0`` -- per-block hash ids, as in the Mooncake and Bailian
+  traces. Two prompts share a prefix through block ``i`` when their ids agree at every
+  position up to ``i`` (keys are chained on load), so ids may be chain-consistent or
+  hashes of each block's content alone. ``len(hash_ids)`` must equal
+  ``ceil(input_len / block_size)``; the last block may be partial.
 - **length only**: just ``"input_len": int > 0`` -- a prompt that shares nothing with
   any other request (for example converted from the Azure trace).
 

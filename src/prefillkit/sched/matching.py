@@ -1,0 +1,41 @@
+"""A waiting request's current match, confirmed from its previous one.
+
+Between passes a match rarely changes, and every pass needs it for every waiting request
+(ordering, then the scan), so the previous match is confirmed from the node that held
+its last unit instead of probing the key index (one large dict) again.
+"""
+
+from __future__ import annotations
+
+from prefillkit.cache.prefix import PrefixCache
+from prefillkit.request import Request
+
+
+def refresh_match(cache: PrefixCache, req: Request) -> int:
+    """Units of ``req``'s longest cached prefix (device + host); keeps ``req.match_hint``
+    and ``req.match_node`` (the node holding the last matched unit, or the root) current.
+
+    The previous match ``h`` with node ``n`` still holds when:
+    - ``n`` is still in the tree: a node in the tree is on device or on host, and a
+      removed one is on neither;
+    - ``n`` still holds unit ``h - 1``: a node's end never changes and a split only moves
+      its start up (the head goes to a new parent), so ``n.start < h`` (or ``n`` is the
+      root and ``h == 0``);
+    - unit ``h`` is still not cached: inside ``n`` the key after unit ``h - 1`` is fixed
+      (and was not ours), and a node can only grow a branch at its end, as a child.
+    Keys identify whole prefixes, so these are exactly "keys[h-1] cached, keys[h] not".
+    Otherwise the match is recomputed (a binary search over the key chain).
+    """
+    h = req.match_hint
+    n = req.match_node
+    if (
+        n is not None
+        and (n.on_device or n.on_host)
+        and (n.start < h or n is cache.root)
+        and (h == req.max_match_units or h < n.end or req.keys[h] not in n.children)
+    ):
+        return h
+    keys = req.keys
+    c = req.match_hint = cache.match_units(keys, req.max_match_units, h)
+    req.match_node = cache.index[keys[c - 1]] if c else cache.root
+    return c
