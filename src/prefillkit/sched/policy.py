@@ -104,16 +104,22 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
         if expanded:
             reqs = by_node.get(node)
             if reqs:
-                reqs.sort(key=lambda t: -t[0])
-                out.extend(r for _, r in reqs)
+                if len(reqs) == 1:
+                    out.append(reqs[0][1])
+                else:
+                    reqs.sort(key=lambda t: -t[0])
+                    out.extend([r for _, r in reqs])
             continue
         stack.append((node, True))
         children = kids.get(node)
         if children:
             # Heaviest first, ties by first appearance (``kids`` is in that order):
             # push in reverse so the first one is popped first.
-            children.sort(key=lambda c: -weight[c])
-            stack.extend((c, False) for c in reversed(children))
+            if len(children) == 1:
+                stack.append((children[0], False))
+            else:
+                children.sort(key=lambda c: -weight[c])
+                stack.extend([(c, False) for c in reversed(children)])
     return out
 
 
