@@ -44,12 +44,15 @@ def token_key_chain(tokens: Sequence[int], page_size: int) -> list[int]:
     n_units = len(tokens) // page_size
     if n_units == 0:
         return []
-    raw = array("I", tokens[: n_units * page_size]).tobytes()
-    step = page_size * 4
+    return _chain(array("I", tokens[: n_units * page_size]).tobytes(), page_size * 4)
+
+
+def _chain(raw: bytes, step: int) -> list[int]:
+    """xxh3-64 of each ``step``-byte unit of ``raw``, seeded with the previous key."""
     keys: list[int] = []
     prev = 0
     h = xxhash.xxh3_64_intdigest
-    for off in range(0, n_units * step, step):
+    for off in range(0, len(raw), step):
         prev = h(raw[off : off + step], prev)
         keys.append(prev)
     return keys
@@ -71,15 +74,7 @@ def block_key_chain(
     if n_units == 0:
         return []
     mask = 0xFFFF_FFFF_FFFF_FFFF
-    raw = array("Q", [int(x) & mask for x in hash_ids[: n_units * per]]).tobytes()
-    step = per * 8
-    keys: list[int] = []
-    prev = 0
-    h = xxhash.xxh3_64_intdigest
-    for off in range(0, n_units * step, step):
-        prev = h(raw[off : off + step], prev)
-        keys.append(prev)
-    return keys
+    return _chain(array("Q", [int(x) & mask for x in hash_ids[: n_units * per]]).tobytes(), per * 8)
 
 
 def key_tokens_for_blocks(page_size: int, block_size: int) -> int:
