@@ -86,7 +86,10 @@ def test_hand_computed_tiny_batch() -> None:
     ctx = BufferEstimatorContext(model=TINY, kv_cache_dtype="bf16", cp_size=2, page_size=16)
     batch = [BufferReqShape(64, 40, 64), BufferReqShape(0, 20)]
     # Context rows C = 104 + 20 = 124 (max 104 > threshold 8: indexer on).
-    # Query rows per rank Q = ceil(40/2) + ceil(20/2) = 30. Extend E = 60. Prefix P = 64.
+    # Query rows on the busiest rank (page j on rank j % 2): the first request's extend
+    # is pages 4, 5, 6 (16 + 16 + 8 rows: rank 0 gets 24, rank 1 16), the second's pages
+    # 0, 1 (16 + 4 rows: rank 0 16, rank 1 4), so Q = 24 + 16 = 40, not
+    # ceil(40/2) + ceil(20/2) = 30. Extend E = 60. Prefix P = 64.
     # Context pages G = ceil(104/16) + ceil(20/16) = 7 + 2 = 9. Loaded L = 64, D = 4 pages.
     # kv_layer = 120 / 2 = 60, index_row = 12, kv_row = 48.
     est = estimate_buffer_breakdown(batch, ctx)
@@ -94,26 +97,26 @@ def test_hand_computed_tiny_batch() -> None:
         "kv_materialize": 124 * 48,  # 5952
         "index_k_materialize": 124 * 12,  # 1488
         "remap_metadata": 8 * 9 + 4 * 60,  # 312
-        "indexer_logits": 4 * 30 * 124,  # 14880
-        "topk_indices": 4 * 30 * 4,  # 480
+        "indexer_logits": 4 * 40 * 124,  # 19840
+        "topk_indices": 4 * 40 * 4,  # 640
         "transfer_descriptors": 32 * 4,  # 128
         "load_staging": 64 * 60,  # 3840
         "l1_prefetch": 0,
     }
     assert est.windows == {
         "load": 312 + 128 + 3840,  # 4280
-        "indexer": 4280 + 1488 + 14880 + 480,  # 21128
-        "attention": 4280 + 5952 + 480,  # 10712
+        "indexer": 4280 + 1488 + 19840 + 640,  # 26248
+        "attention": 4280 + 5952 + 640,  # 10872
     }
     assert est.peak_window == "indexer"
-    assert est.peak_bytes == 21128
-    assert estimate_buffer_bytes(batch, ctx) == 21128
+    assert est.peak_bytes == 26248
+    assert estimate_buffer_bytes(batch, ctx) == 26248
 
     pre = dataclasses.replace(ctx, bs_gt1_l1_prefetch_enabled=True)
     est_pre = estimate_buffer_breakdown(batch, pre)
     assert est_pre.buffers["l1_prefetch"] == 64 * 60  # 3840
-    assert est_pre.windows["attention"] == 10712 + 3840
-    assert est_pre.peak_bytes == 21128
+    assert est_pre.windows["attention"] == 10872 + 3840
+    assert est_pre.peak_bytes == 26248
 
 
 def test_hand_computed_tiny_dense_path() -> None:
@@ -306,3 +309,29 @@ def test_check_buffer_limit_fits() -> None:
         check_buffer_limit_fits(0, 2**30)
     with pytest.raises(ValueError):
         check_buffer_limit_fits(-1, 2**30)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "cp", "page", "busiest"),
+    [
+        ([(0, 64)], 8, 64, 64),  # one page: all of it on rank 0, not 64 / 8
+        ([(0, 65)], 8, 64, 64),  # page 0 (64 rows) on rank 0, page 1 (1 row) on rank 1
+        ([(0, 64 * 9)], 8, 64, 128),  # nine pages: rank 0 owns pages 0 and 8
+        ([(0, 64 * 16)], 8, 64, 128),  # even split
+        ([(64, 64), (64, 64)], 8, 64, 128),  # both on rank 1
+        ([(0, 64), (64, 64)], 8, 64, 64),  # rank 0 and rank 1
+        ([(8, 24)], 2, 16, 16),  # tokens 8..31: rank 0 gets 8 (page 0 tail), rank 1 16
+        ([(8, 8)], 2, 16, 8),  # tokens 8..15: the tail of page 0 only
+        ([(0, 0)], 4, 16, 0),  # no extend rows
+        ([(0, 100)], 1, 64, 100),  # no CP: every row on the one rank
+    ],
+)
+def test_query_rows_follow_the_page_aligned_split(
+    shapes: list[tuple[int, int]], cp: int, page: int, busiest: int
+) -> None:
+    """Q (the logits' query dimension) is the busiest rank's rows under the page-aligned
+    CP split (page j on rank j mod R)."""
+    ctx = BufferEstimatorContext(model=TINY, cp_size=cp, page_size=page)
+    batch = [BufferReqShape(p, e) for p, e in shapes]
+    # TINY's index_topk is 4 and every shape here is a sparse model shape: topk = 4*Q*4.
+    assert estimate_buffer_breakdown(batch, ctx).buffers["topk_indices"] == 4 * busiest * 4

@@ -11,11 +11,15 @@ activations are outside it (they are reserved by the memory-fraction budget). Te
 buffers are reused from one layer to the next, so one layer's working set is the
 forward's working set.
 
-Shapes. With CP degree ``R = cp_size`` each rank computes a balanced share of every
-request's extend rows, ``q_i = ceil(extend_i / R)``, while keys span the whole context
-``c_i = prefix_i + extend_i`` on every rank (shared KV). Sums run over the batch::
+Shapes. With CP degree ``R = cp_size`` the extend rows are split page-aligned: page
+``j`` of a sequence belongs to rank ``j mod R`` (its owner lane), and a rank computes the
+query rows of the pages it owns, while keys span the whole context
+``c_i = prefix_i + extend_i`` on every rank (shared KV). The estimate takes the busiest
+rank, so a short extend (one page lands on one rank) or requests whose pages fall on the
+same ranks are not underestimated as ``ceil(extend / R)`` would. Sums run over the batch::
 
-    Q = sum_i ceil(extend_i / R)        query (extend) rows on one rank
+    Q = max_r sum_i rows of request i's extend in pages owned by rank r
+                                        query (extend) rows on the busiest rank
     C = sum_i (prefix_i + extend_i)     context (key) rows, all ranks alike
     E = sum_i extend_i
     P = sum_i prefix_i                  prefix includes the chunk's carried true prefix
@@ -196,6 +200,7 @@ def _buffer_terms(
     cp = ctx.cp_size
     page = ctx.page_size
     q_rows = ctx_rows = ext_rows = prefix_rows = ctx_pages = loaded = load_pages = 0
+    lane_rows = [0] * cp  # extend rows per rank (owner lane)
     max_ctx = 0
     for req in batch:
         p = req.prefix_len
@@ -206,7 +211,8 @@ def _buffer_terms(
         if ld > p:
             raise ValueError(f"loaded_tokens exceeds prefix_len (loads are part of it): {req!r}")
         c = p + e
-        q_rows += -(-e // cp)
+        if e:
+            _add_lane_rows(lane_rows, p, e, page)
         ctx_rows += c
         ext_rows += e
         prefix_rows += p
@@ -216,6 +222,7 @@ def _buffer_terms(
         if c > max_ctx:
             max_ctx = c
 
+    q_rows = max(lane_rows)
     model = ctx.model
     kv_layer = -(-model.kv_bytes_per_token(ctx.kv_cache_dtype) // model.num_layers)
     sparse = model.is_sparse
@@ -240,6 +247,20 @@ def _buffer_terms(
     else:
         prefetch = 0
     return kv_mat, index_k, metadata, logits, topk, descriptors, staging, prefetch
+
+
+def _add_lane_rows(lane_rows: list[int], prefix: int, extend: int, page: int) -> None:
+    """Add the rows of tokens ``[prefix, prefix + extend)`` to the rank owning each page
+    (page ``j`` on rank ``j mod R``); the first and last pages may be partial."""
+    r = len(lane_rows)
+    end = prefix + extend
+    first = prefix // page
+    last = (end - 1) // page
+    base, rem = divmod(last - first + 1, r)
+    for k in range(r):
+        lane_rows[(first + k) % r] += (base + (k < rem)) * page
+    lane_rows[first % r] -= prefix - first * page
+    lane_rows[last % r] -= (last + 1) * page - end
 
 
 def _windows(terms: tuple[int, int, int, int, int, int, int, int]) -> tuple[int, int, int]:
