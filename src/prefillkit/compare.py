@@ -426,9 +426,13 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     for proc in processes:
         if proc.is_alive():
             proc.terminate()
-    pool.shutdown(wait=False, cancel_futures=True)
     for proc in processes:
         proc.join(timeout=5)
+    # NOTE: wait=True joins the pool's manager thread (it exits once it sees the dead
+    # workers). With wait=False, CPython 3.11's exit hook could still find the thread and
+    # write to the wake-up pipe the thread had just closed, printing "OSError: Bad file
+    # descriptor" with a traceback after the one-line interrupt message (seen 2 in 60).
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 class VariantsInterrupted(KeyboardInterrupt):
