@@ -569,7 +569,7 @@ class Config:
         """Load a TOML file (top-level keys or a ``[prefillkit]`` table; ``_`` or ``-``)."""
         values = _load_toml_values(path)
         try:
-            return cls(**values)
+            return cls(**values)  # type: ignore[arg-type]  # NOTE: values checked in __post_init__
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
 
@@ -587,7 +587,7 @@ class Config:
             values[name] = value
             flag_names.add(name)
         try:
-            return cls(**values)
+            return cls(**values)  # type: ignore[arg-type]  # NOTE: values checked in __post_init__
         except ConfigError as exc:
             raise ConfigError(blame_config_file(str(exc), toml_path, flag_names)) from None
 

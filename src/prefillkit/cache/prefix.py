@@ -135,9 +135,10 @@ class PrefixCache:
         if node.on_device:
             return MatchResult(node, c, node, c)
         dev = node.parent
-        while not dev.on_device:  # type: ignore[union-attr]
-            dev = dev.parent  # type: ignore[union-attr]
-        return MatchResult(node, c, dev, dev.end)  # type: ignore[arg-type]
+        while dev is not None and not dev.on_device:
+            dev = dev.parent
+        assert dev is not None  # NOTE: the root is always on device
+        return MatchResult(node, c, dev, dev.end)
 
     # ------------------------------------------------------------------ locks
     def lock(self, node: Node, units: int) -> Node:

@@ -430,7 +430,13 @@ def plot_cache_split(runs: Runs, out_path: str | Path) -> Path:
         bottom += shares[:, k]
     for xi, total in zip(x, totals, strict=True):
         ax.text(
-            xi, 101, f"{_tokens(total)} tok", ha="center", va="bottom", fontsize=8, color="#444444"
+            float(xi),
+            101,
+            f"{_tokens(total)} tok",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            color="#444444",
         )
     ax.set_xticks(
         x, labels, rotation=0 if len(runs) <= 4 else 25, ha="center" if len(runs) <= 4 else "right"

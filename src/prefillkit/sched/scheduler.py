@@ -271,7 +271,8 @@ class Scheduler:
                 preempted.extend(victims)
                 slots += len(victims)
             h = refresh_match(cache, req)
-            match = match_node(req.match_node, h) if h else root_match
+            # NOTE: refresh_match always leaves match_node set.
+            match = match_node(req.match_node, h) if h else root_match  # type: ignore[arg-type]
             if affinity_on or lead is EMPTY:
                 cls = classify(match.device_units * kt, match.host_units * kt, floor)
             if affinity_on:
