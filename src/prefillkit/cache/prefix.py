@@ -126,12 +126,11 @@ class PrefixCache:
 
     def match_at(self, keys: list[int], c: int) -> MatchResult:
         """The match of ``keys`` given its length ``c`` in units (from ``match_units``)."""
-        if c == 0:
-            return MatchResult(self.root, 0, self.root, 0)
-        return self.match_node(self.index[keys[c - 1]], c)
+        return self.match_node(self.index[keys[c - 1]] if c else self.root, c)
 
     def match_node(self, node: Node, c: int) -> MatchResult:
-        """The match of length ``c`` > 0 units whose last unit is held by ``node``."""
+        """The match of length ``c`` units whose last unit is held by ``node`` (the root,
+        which is always on device, when nothing matched)."""
         if node.on_device:
             return MatchResult(node, c, node, c)
         dev = node.parent
@@ -157,13 +156,9 @@ class PrefixCache:
                 del self.lru[node]
                 self.evictable_pages -= node.n_pages
                 self.protected_pages += node.n_pages
-                lane_pages = node.lane_pages
-                if len(lane_pages) == 1:
-                    self.evictable_lanes[0] -= lane_pages[0]
-                else:
-                    ev = self.evictable_lanes
-                    for i, n in enumerate(lane_pages):
-                        ev[i] -= n
+                ev = self.evictable_lanes
+                for i, n in enumerate(node.lane_pages):
+                    ev[i] -= n
             node.lock_ref += 1
             node = node.parent  # type: ignore[assignment]
         return locked

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from prefillkit.cache.host import HostTier
 from prefillkit.cache.invariants import check_invariants
 from prefillkit.cache.pool import KVPool, lane_split
-from prefillkit.cache.prefix import LoadBack, MatchResult, PrefixCache
+from prefillkit.cache.prefix import LoadBack, PrefixCache
 from prefillkit.config import Config
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.adder import AddReqResult, AdmissionLimits, CloseReason, PrefillAdder
@@ -242,7 +242,6 @@ class Scheduler:
         floor = self.affinity_bounds.warm_floor_tokens
         affinity_on = self.affinity_on
         match_node = cache.match_node
-        root_match = MatchResult(cache.root, 0, cache.root, 0)
         cls = ReqClass.COLD
         can_run = adder.can_run_list
         CONTINUE = AddReqResult.CONTINUE  # enum members hoisted out of the hot loop
@@ -272,7 +271,7 @@ class Scheduler:
                 slots += len(victims)
             h = refresh_match(cache, req)
             # NOTE: refresh_match always leaves match_node set.
-            match = match_node(req.match_node, h) if h else root_match  # type: ignore[arg-type]
+            match = match_node(req.match_node, h)  # type: ignore[arg-type]
             if affinity_on or lead is EMPTY:
                 cls = classify(match.device_units * kt, match.host_units * kt, floor)
             if affinity_on:
@@ -293,11 +292,9 @@ class Scheduler:
                     closed = CloseReason.AFFINITY_STOP
                     break
             res = adder.add_one_req(req, match)
-            if res is CONTINUE:  # admitted, and the budgets are still open
-                if lead is EMPTY:
-                    lead = BatchLead.WARM if cls is ReqClass.WARM else BatchLead.COLD
-                continue
-            admitted = bool(can_run) and can_run[-1] is req
+            # NOTE: CONTINUE means admitted with the budgets still open; any other
+            # verdict may follow an admission that closed a budget.
+            admitted = res is CONTINUE or (bool(can_run) and can_run[-1] is req)
             if res is AddReqResult.NO_TOKEN and not admitted:
                 # Shortfall of the memory test (input - device prefix + max_new + page
                 # must stay below rem_total_tokens); at least one token.
