@@ -10,8 +10,7 @@ import pytest
 from prefillkit.models import MODELS, get_model
 from prefillkit.sim.cost import (
     BREAKDOWN_KEYS,
-    EFF_GEMM_BF16,
-    EFF_GEMM_FP8,
+    HOPPER,
     CostModel,
     ReqShape,
     RooflineCostModel,
@@ -33,29 +32,20 @@ def llama() -> RooflineCostModel:
 # --- published figures ------------------------------------------------------------------
 
 
-def test_deepseek_h800_node_prefill_throughput(dsv32: RooflineCostModel) -> None:
-    # DeepSeek-V3/R1 inference system overview (2025-02-28): 73.7k input tokens/s per
-    # H800 node including cache hits; reference for 4K-token prompts without cache
-    # hits: 62,713 prefill tokens/s per node (8 x H800).
-    batch = [ReqShape(prefix_len=0, extend_len=4096)] * 4
-    tokens_per_s = 4 * 4096 / dsv32.forward_time(batch)
-    assert tokens_per_s == pytest.approx(62_713, rel=0.15)
-
-
 def test_llama_linear_term_matches_analytic_value(llama: RooflineCostModel) -> None:
-    # No trustworthy prefill-only Llama-3.1-8B/H100 figure with a stated GPU was found
-    # (see the cost module docstring), so check the dense bf16 linear term analytically:
-    # 2 x active_params x tokens / (peak_bf16 x 0.7) once the batch has >= 512 tokens.
+    # The dense bf16 linear term by hand: 2 x token-local params (active params less the
+    # embedding and LM head) x tokens / (peak_bf16 x 0.7) once the batch has >= 512 rows.
     model = get_model("llama-3.1-8b")
     gpu = get_gpu("h100")
     assert llama.gemm_dtype == "bf16"
-    assert llama.eff_gemm == EFF_GEMM_BF16 == 0.7
+    assert llama.eff_gemm == HOPPER.gemm_bf16 == 0.7
+    local = model.active_params - 2 * 128_256 * 4096
     for tokens in (512, 4096, 16_384):
-        expected = 2 * model.active_params * tokens / (gpu.peak_flops_bf16 * 0.7)
+        expected = 2 * local * tokens / (gpu.peak_flops_bf16 * 0.7)
         batch = [ReqShape(0, tokens)]
         assert llama.breakdown(batch)["linear"] == pytest.approx(expected, rel=1e-12)
         # Compute-bound at these sizes: the weight-read term is smaller.
-        weights_s = model.weight_bytes / (gpu.hbm_bandwidth * llama.eff_mem)
+        weights_s = model.weight_bytes / (gpu.hbm_bandwidth * HOPPER.mem)
         assert expected > weights_s
 
 
@@ -66,7 +56,7 @@ def test_gemm_efficiency_ramp_below_512_tokens(llama: RooflineCostModel) -> None
     # Tiny batches sit on the memory roofline (all weights read once).
     model = get_model("llama-3.1-8b")
     gpu = get_gpu("h100")
-    weights_s = model.weight_bytes / (gpu.hbm_bandwidth * llama.eff_mem)
+    weights_s = model.weight_bytes / (gpu.hbm_bandwidth * HOPPER.mem)
     assert llama.linear_time(1) == pytest.approx(weights_s)
     # Compute time still grows with tokens through the ramp.
     times = [llama.linear_time(t) for t in (1, 64, 128, 256, 511, 512, 1024)]
@@ -75,7 +65,7 @@ def test_gemm_efficiency_ramp_below_512_tokens(llama: RooflineCostModel) -> None
 
 def test_fp8_moe_defaults(dsv32: RooflineCostModel) -> None:
     assert dsv32.gemm_dtype == "fp8"
-    assert dsv32.eff_gemm == EFF_GEMM_FP8 == 0.35
+    assert dsv32.eff_gemm == HOPPER.gemm_fp8 == 0.65
 
 
 # --- monotonicity -------------------------------------------------------------------------
@@ -104,9 +94,9 @@ def test_cached_prefix_still_costs_indexer_time_on_sparse_model(
     warm_64k = dsv32.breakdown([ReqShape(65_536, 512)])
     assert cold["indexer"] == 0.0  # 512-token context: dense path, no indexer
     assert 0.0 < warm_8k["indexer"] < warm_64k["indexer"]
-    # The indexer scans the whole context: ~linear in prefix + extend/2.
+    # The indexer scans the whole context: sum of (x + 1) over the extend positions.
     assert warm_64k["indexer"] / warm_8k["indexer"] == pytest.approx(
-        (65_536 + 256) / (8192 + 256), rel=1e-9
+        (65_536 + 256.5) / (8192 + 256.5), rel=1e-9
     )
     # Sparse attention itself is capped by top-k: same for both warm prefixes.
     assert warm_64k["attention"] == pytest.approx(warm_8k["attention"])
@@ -148,11 +138,22 @@ def test_small_loadback_is_hidden(dsv32: RooflineCostModel) -> None:
 def test_large_loadback_exposed_beyond_compute(dsv32: RooflineCostModel) -> None:
     req = ReqShape(prefix_len=262_144, extend_len=64, loaded_tokens=262_144)
     bd = dsv32.breakdown([req])
-    compute = bd["linear"] + bd["attention"] + bd["indexer"]
+    core = sum(
+        bd[k]
+        for k in (
+            "linear",
+            "attention",
+            "indexer",
+            "elementwise",
+            "moe_experts",
+            "moe_comm_exposed",
+        )
+    )
     load = 262_144 * dsv32.kv_bytes_per_token / dsv32.h2d_bandwidth
-    assert load > compute
-    assert bd["loadback_exposed"] == pytest.approx(load - compute)
-    assert bd["total"] == pytest.approx(load + bd["overhead"])
+    assert load > core
+    assert bd["loadback_exposed"] == pytest.approx(load - core)
+    fixed = bd["per_forward"] + bd["per_request"] + bd["tp_comm"] + bd["cp_kv_gather"]
+    assert bd["total"] == pytest.approx(load + fixed)
 
 
 def test_mla_loadback_not_divided_by_gpus() -> None:
@@ -224,8 +225,8 @@ def test_decode_memory_bound_formula(llama: RooflineCostModel) -> None:
     gpu = get_gpu("h100")
     ctx = 32 * 2000
     expected = (model.weight_bytes + ctx * model.kv_bytes_per_token_bf16) / (
-        gpu.hbm_bandwidth * llama.eff_mem
-    ) + llama.overhead_s
+        gpu.hbm_bandwidth * HOPPER.mem
+    ) + llama.per_forward_s
     assert llama.decode_step_time(32, ctx) == pytest.approx(expected)
 
 
@@ -286,6 +287,9 @@ def test_gpu_presets() -> None:
         "h100": (989e12, 1979e12, 3.35e12, 80e9),
         "h800": (989e12, 1979e12, 3.35e12, 80e9),
         "h20": (148e12, 296e12, 4.0e12, 96e9),
+        "h20-141g": (148e12, 296e12, 4.8e12, 141e9),
+        "b200": (2250e12, 4500e12, 8.0e12, 180e9),
+        "gb200": (2500e12, 5000e12, 8.0e12, 186e9),
         "a100": (312e12, 312e12, 2.0e12, 80e9),
     }
     assert set(GPUS) == set(expected)
@@ -299,5 +303,5 @@ def test_gpu_presets() -> None:
 def test_get_gpu_lookup() -> None:
     assert get_gpu("H800") is GPUS["h800"]
     assert get_gpu("A100_SXM") is GPUS["a100"]
-    with pytest.raises(KeyError, match="known: a100, h100, h20, h200, h800"):
+    with pytest.raises(KeyError, match="known: a100, b200, gb200, h100, h20, h20-141g, h200, h800"):
         get_gpu("tpu-v5e")

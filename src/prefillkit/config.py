@@ -267,6 +267,27 @@ class Config:
     mode: str = _knob(
         "pd-prefill", "pd-prefill (prefill instance of a PD pair) or colocated.", "deployment"
     )
+    ep_size: int = _knob(
+        1,
+        "Expert-parallel degree of the MoE layers: 1 (MoE tensor-parallel over --tp-size) "
+        "or --tp-size (all-to-all dispatch/combine), as SGLang's --ep-size.",
+        "deployment",
+    )
+    enable_two_batch_overlap: bool = _knob(
+        False,
+        "Two-batch overlap: MoE communication hides under compute (SGLang's flag).",
+        "deployment",
+    )
+    nvlink_bandwidth_gbps: float | None = _knob(
+        None,
+        "Scale-up (NVLink) bandwidth per GPU per direction in GB/s; unset = the GPU preset's.",
+        "deployment",
+    )
+    net_bandwidth_gbps: float | None = _knob(
+        None,
+        "Scale-out NIC bandwidth per GPU in GB/s (IB/RoCE); unset = the GPU preset's.",
+        "deployment",
+    )
     kv_transfer_bandwidth_gbps: float = _knob(
         50.0, "KV send-out bandwidth per GPU in GB/s (pd-prefill).", "deployment"
     )
@@ -368,6 +389,10 @@ class Config:
         _non_negative("affinity_max_head_defers", self.affinity_max_head_defers)
         _non_negative("affinity_max_age_s", self.affinity_max_age_s)
         _positive("kv_transfer_bandwidth_gbps", self.kv_transfer_bandwidth_gbps)
+        _positive("nvlink_bandwidth_gbps", self.nvlink_bandwidth_gbps)
+        _positive("net_bandwidth_gbps", self.net_bandwidth_gbps)
+        if self.ep_size not in (1, self.tp_size):
+            _fail("ep_size", f"must be 1 or --tp-size {self.tp_size}, got {self.ep_size}")
         _positive("h2d_bandwidth_gbps", self.h2d_bandwidth_gbps)
         _non_negative("seed", self.seed)
 
@@ -775,6 +800,8 @@ _FLAG_TO_FIELD: dict[str, str] = {field_flag(name): name for name in _FIELD_NAME
 _ALIASES: dict[str, str] = {
     "--tp": "tp_size",
     "--tensor-parallel-size": "tp_size",
+    "--ep": "ep_size",
+    "--expert-parallel-size": "ep_size",
     "--attn-cp-size": "cp_size",
 }
 
@@ -794,8 +821,6 @@ _IGNORED_FLAGS: dict[str, bool] = {
     "--cuda-graph-max-bs": True,
     "--dp-size": True,
     "--dp": True,
-    "--ep-size": True,
-    "--ep": True,
     "--enable-dp-attention": False,
     "--moe-a2a-backend": True,
     "--attention-backend": True,

@@ -37,6 +37,39 @@ class ModelSpec:
     sparse_dense_threshold: int = 2048
     num_experts: int = 0
     experts_per_token: int = 0
+    # MoE layout (config.json): routed expert FFN width, shared experts per MoE layer and
+    # the leading dense-FFN layers (``first_k_dense_replace``); dense FFN width.
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    intermediate_size: int = 0
+    vocab_size: int = 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with a routed-expert FFN (0 for a dense model)."""
+        return self.num_layers - self.first_dense_layers if self.num_experts > 0 else 0
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters of one routed expert in one layer (gate, up, down projections)."""
+        return 3.0 * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def routed_active_params(self) -> float:
+        """Routed-expert parameters one token touches, all MoE layers."""
+        return self.experts_per_token * self.expert_params * self.moe_layers
+
+    @property
+    def token_local_params(self) -> float:
+        """Parameters a prefill token runs through on its own rank: everything active but
+        the routed experts and the vocabulary matrices (the embedding is a lookup and the
+        LM head runs for one position per request, not per prompt token)."""
+        return (
+            self.active_params
+            - self.routed_active_params
+            - 2.0 * self.vocab_size * self.hidden_size
+        )
 
     @property
     def is_sparse(self) -> bool:
@@ -66,7 +99,8 @@ def _gqa_kv_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes
 MODELS: dict[str, ModelSpec] = {
     # GLM-5 (zai-org/GLM-5 config.json): 78 layers, hidden 6144, 64 heads, kv_lora 512,
     # qk_nope 192 + rope 64, v 256, 256 routed experts top-8 + 1 shared, ~744 B total /
-    # ~40 B active, DSA indexer 32 x 128 with top-k 2048. FP8 checkpoint.
+    # ~40 B active, DSA indexer 32 x 128 with top-k 2048, 3 dense layers (FFN 12288) + 75
+    # MoE layers (experts 2048 wide), vocabulary 154,880. FP8 checkpoint.
     "glm-5": ModelSpec(
         name="glm-5",
         num_layers=78,
@@ -88,10 +122,16 @@ MODELS: dict[str, ModelSpec] = {
         index_topk=2048,
         num_experts=256,
         experts_per_token=8,
+        moe_intermediate_size=2048,
+        num_shared_experts=1,
+        first_dense_layers=3,
+        intermediate_size=12288,
+        vocab_size=154880,
     ),
     # DeepSeek-V3.2-Exp (deepseek-ai config.json): 61 layers, hidden 7168, 128 heads,
     # kv_lora 512, qk_nope 128 + rope 64, v 128, 671 B total / ~36.6 B active,
-    # DSA indexer 64 x 128, top-k 2048. FP8 checkpoint.
+    # DSA indexer 64 x 128, top-k 2048, 3 dense + 58 MoE layers, vocabulary 129,280.
+    # FP8 checkpoint.
     "deepseek-v3.2": ModelSpec(
         name="deepseek-v3.2",
         num_layers=61,
@@ -113,6 +153,40 @@ MODELS: dict[str, ModelSpec] = {
         index_topk=2048,
         num_experts=256,
         experts_per_token=8,
+        moe_intermediate_size=2048,
+        num_shared_experts=1,
+        first_dense_layers=3,
+        intermediate_size=18432,
+        vocab_size=129280,
+    ),
+    # DeepSeek-V3 / R1 (deepseek-ai config.json): the same body as V3.2 with dense MLA
+    # attention (no indexer): 61 layers (3 dense + 58 MoE), hidden 7168, 128 heads,
+    # qk 128 + 64 rope, v 128, 256 routed experts (2048 wide) top-8 + 1 shared, 671 B /
+    # ~37 B active, vocabulary 129,280. FP8 checkpoint. DeepSeek's and SGLang's published
+    # prefill throughputs (benchmarks/RESULTS.md, validation table) are for this model.
+    "deepseek-v3": ModelSpec(
+        name="deepseek-v3",
+        num_layers=61,
+        hidden_size=7168,
+        num_heads=128,
+        attention="mla",
+        head_dim_qk=128 + 64,
+        head_dim_v=128,
+        num_kv_heads=1,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        total_params=671e9,
+        active_params=37e9,
+        weight_bytes_per_param=1.0,
+        kv_bytes_per_token_bf16=61 * (512 + 64) * 2,  # 70,272
+        kv_bytes_per_token_fp8=61 * 656,  # 40,016
+        num_experts=256,
+        experts_per_token=8,
+        moe_intermediate_size=2048,
+        num_shared_experts=1,
+        first_dense_layers=3,
+        intermediate_size=18432,
+        vocab_size=129280,
     ),
     # Llama-3.1-8B (meta-llama config.json): 32 layers, hidden 4096, 32 q / 8 kv heads x 128.
     "llama-3.1-8b": ModelSpec(
@@ -131,6 +205,8 @@ MODELS: dict[str, ModelSpec] = {
         weight_bytes_per_param=2.0,
         kv_bytes_per_token_bf16=_gqa_kv_bytes(32, 8, 128, 2),  # 131,072
         kv_bytes_per_token_fp8=_gqa_kv_bytes(32, 8, 128, 1),
+        intermediate_size=14336,
+        vocab_size=128256,
     ),
     # Qwen2.5-7B (Qwen config.json): 28 layers, hidden 3584, 28 q / 4 kv heads x 128.
     "qwen2.5-7b": ModelSpec(
@@ -149,6 +225,8 @@ MODELS: dict[str, ModelSpec] = {
         weight_bytes_per_param=2.0,
         kv_bytes_per_token_bf16=_gqa_kv_bytes(28, 4, 128, 2),  # 57,344
         kv_bytes_per_token_fp8=_gqa_kv_bytes(28, 4, 128, 1),
+        intermediate_size=18944,
+        vocab_size=152064,
     ),
 }
 

@@ -100,6 +100,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prefillkit.models import ModelSpec
+from prefillkit.sched.cp_split import add_lane_rows
 
 __all__ = [
     "BUFFER_NAMES",
@@ -212,7 +213,7 @@ def _buffer_terms(
             raise ValueError(f"loaded_tokens exceeds prefix_len (loads are part of it): {req!r}")
         c = p + e
         if e:
-            _add_lane_rows(lane_rows, p, e, page)
+            add_lane_rows(lane_rows, p, e, page)
         ctx_rows += c
         ext_rows += e
         prefix_rows += p
@@ -247,20 +248,6 @@ def _buffer_terms(
     else:
         prefetch = 0
     return kv_mat, index_k, metadata, logits, topk, descriptors, staging, prefetch
-
-
-def _add_lane_rows(lane_rows: list[int], prefix: int, extend: int, page: int) -> None:
-    """Add the rows of tokens ``[prefix, prefix + extend)`` to the rank owning each page
-    (page ``j`` on rank ``j mod R``); the first and last pages may be partial."""
-    r = len(lane_rows)
-    end = prefix + extend
-    first = prefix // page
-    last = (end - 1) // page
-    base, rem = divmod(last - first + 1, r)
-    for k in range(r):
-        lane_rows[(first + k) % r] += (base + (k < rem)) * page
-    lane_rows[first % r] -= prefix - first * page
-    lane_rows[last % r] -= (last + 1) * page - end
 
 
 def _windows(terms: tuple[int, int, int, int, int, int, int, int]) -> tuple[int, int, int]:

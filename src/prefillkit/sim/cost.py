@@ -1,96 +1,241 @@
 """Forward-time cost model: what the simulator uses in place of a GPU.
 
 One small interface, :class:`CostModel`, and one implementation,
-:class:`RooflineCostModel`: an analytic roofline over a :class:`ModelSpec` and a
-:class:`GpuSpec`. Every term is ``work / (num_gpus × peak × efficiency)``; CP/TP are
-assumed to split compute evenly across ``num_gpus``.
+:class:`RooflineCostModel`: per-rank roofline terms over a :class:`ModelSpec`, a
+:class:`GpuSpec` and a :class:`ParallelLayout`, plus the communication the layout
+implies. A forward waits for its **busiest rank**; nothing is split "perfectly evenly"
+unless the layout really splits it that way.
 
-Per prefill forward (a batch of :class:`ReqShape`, ``T = Σ extend``):
+Layout (``num_gpus = attn_tp × cp_size × dp_size``):
 
-- **linear layers**: ``max(2 × active_params × T / (gpus × gemm_peak × eff_gemm(T)),
-  weight_bytes_read(T) / (gpus × hbm_bw × eff_mem))``. ``gemm_peak`` is the fp8 peak for
-  FP8 checkpoints (``weight_bytes_per_param <= 1``), else the bf16 peak.
-  ``eff_gemm(T) = eff_gemm × clamp(sqrt(T / 512), 0.05, 1)``: full efficiency from 512
-  tokens in the batch, a smooth ramp below (compute time then grows as ``sqrt(T)``, so
-  it stays monotone and small batches fall onto the memory roofline). Weights read:
-  a dense model reads all weights; an MoE model reads its non-expert weights plus the
-  expected share of routed experts touched when ``T`` tokens each pick ``k`` of ``E``
-  experts uniformly, ``1 - (1 - k/E)^T`` (~64 % at ``T = E/k``, ~all at ``T >= 5E/k``).
-- **dense attention** (GQA models; sparse models at context ``<= sparse_dense_threshold``):
-  ``layers × 2 × heads × (d_qk + d_v) × extend × (prefix + extend/2)`` FLOPs per request,
-  at ``eff_attn`` of the bf16 peak.
-- **DSA/NSA sparse attention** (sparse models, context ``prefix + extend`` above the
-  threshold): each query attends to ``min(its causal position, index_topk)`` keys, i.e.
-  ``layers × 2 × heads × (d_qk + d_v) × ∫ min(x, topk) dx`` over the extend positions.
-  That is exactly ``extend × min(context, topk)`` once ``prefix >= topk`` (the warm
-  case) and is continuous with the dense formula at the threshold. Plus the lightning
-  **indexer**, ``layers × 2 × index_heads × index_head_dim × extend × (prefix + extend/2)``
-  at ``eff_indexer`` of the fp8 peak: it scans the whole context, so a cached prefix
-  still costs indexer time.
-- **host load-back**: ``Σ loaded_tokens × kv_bytes_per_token / h2d_bandwidth`` per GPU.
-  MLA keeps the full latent on every GPU (no division by ``num_gpus``); GQA KV is
-  head-sharded over ``min(num_gpus, num_kv_heads)`` GPUs. The load is pipelined layer by
-  layer under compute, so only ``max(0, load − compute)`` is added.
-- a fixed per-forward **overhead** (scheduling, launches, sampling of the first token).
+- attention runs context-parallel over ``cp_size`` ranks with the **page-aligned split**
+  of :mod:`prefillkit.sched.cp_split` (page ``j`` of a sequence on rank ``j mod R``, the
+  same function the buffer estimator uses), data-parallel over ``dp_size`` ranks (each
+  runs its own batch; the simulator drives one scheduler, so ``dp_size > 1`` assumes
+  every DP rank runs a batch of the same shape, as the published benchmarks do), and
+  head-parallel over the remaining ``attn_tp`` ranks;
+- the routed experts run expert-parallel over ``ep_size`` GPUs (``ep_size == 1``: tensor
+  parallel over all ``num_gpus``).
 
-Calibration (DeepSeek-V3.2 on 8 × H800, batches of 4 × 4,096-token prompts, no cache
-hits; ``tokens/s = Σ extend / forward_time``): DeepSeek's inference-system overview
-(2025-02-28, "Day 6" of Open Source Week) reports 73.7k input tokens/s per H800 node
-*including* cache hits; the reference we reproduce is **62,713 prefill tokens/s per
-node at 4K-token prompts**. ``eff_gemm = 0.35`` (FP8 MoE GEMMs, the given default) leaves
-~45 ms of the 261 ms forward for attention, indexer and overhead; ``eff_attn = 0.5``,
-``eff_indexer = 0.25`` (logits plus top-k selection) and ``overhead_s = 3 ms`` give
-~63.1k tokens/s (+0.6 %). Dense bf16 GEMMs use ``eff_gemm = 0.7``.
+Per prefill forward, for each attention rank ``r`` (query rows ``rows_r``, causal keys
+``keys_r``; sums over the batch):
 
-Dense bf16 check: no trustworthy *prefill-only* Llama-3.1-8B figure with a stated GPU
-was found. SGLang PR #2134 (``bench_one_batch``, 128 × 128-token prompts, Triton
-attention) reports 43,925 prefill tokens/s without naming the GPU (this model gives
-~42k on one H100); SGLang PR #1060 reports 27,670 input tokens/s on an H100-era serving
-run (random prompts up to 8K, 8 output tokens, old Triton backend), which mixes decode
-and queueing. The tests therefore assert that the linear term at 0.7 efficiency equals
-its analytic value instead of a published throughput.
+- ``linear``: token-local GEMMs (attention projections, indexer projections, shared
+  expert, dense-FFN layers: :attr:`ModelSpec.token_local_params`, the vocabulary matrices
+  excluded) = ``max(2 × params × rows_r / attn_tp / (gemm_peak × eff_gemm(rows_r)),
+  local weight bytes / attn_tp / (hbm × eff_mem))``. ``eff_gemm(m) = eff ×
+  clamp(sqrt(m / 512), 0.05, 1)`` ramps small GEMMs down onto the memory roofline.
+- ``attention``: ``layers × 2 × heads × (d_qk + d_v) × keys_r / attn_tp`` at ``eff_attn``
+  of the bf16 peak. A query at position ``x`` attends ``x + 1`` keys (dense) or
+  ``min(x + 1, index_topk)`` (DSA/NSA sparse models).
+- ``indexer`` (sparse models, requests whose context exceeds ``sparse_dense_threshold``):
+  ``layers × 2 × index_heads × index_head_dim × (x + 1)`` per query at ``eff_indexer`` of
+  the fp8 peak: it scans the whole context, so a cached prefix still costs.
+- ``elementwise``: norms, rope, activations, quantisation and residual traffic,
+  ``rows_r × layers × activation bytes per token-layer / (hbm × eff_mem)``; the bytes
+  are :func:`activation_bytes_per_token_layer` (an assumption stated there).
 
-NOT modelled: CP/TP/EP communication (all-reduce, all-to-all dispatch/combine, CP KV
-exchange) and its overlap; MoE load imbalance across experts/GPUs; kernel launch
-detail, CUDA graphs, stream bubbles and tail effects; norms, activations, rope and
-other elementwise work; embedding/LM-head specifics (all ``active_params`` count as
-GEMM work per token, ~13 % pessimistic for an 8B dense model, <2 % for DeepSeek);
-the KV write of newly computed tokens; power/clock throttling. Efficiencies absorb
-these on average.
+The forward's compute is ``max_r(rank time)`` plus ``moe_experts``: the busiest GPU's
+routed-expert GEMMs, ``2 × expert_params × pairs`` over the MoE layers with ``pairs =
+T × k / ep_size × moe_imbalance`` (``T`` = extend tokens of the whole instance), its
+expert weights read once (expected coverage ``1 - (1 - k/E)^T``), the same GEMM ramp
+on the tokens per expert.
+
+Communication (per forward, all layers), each on its own link:
+
+- ``moe_comm``: EP dispatch (fp8 activations + scales for FP8 checkpoints, else bf16)
+  and combine (bf16) of the busiest rank's tokens, ``k`` copies each. Inside one NVLink
+  domain: ``rows × k × (ep-1)/ep × bytes`` over NVLink. Across ``N`` nodes, DeepEP-style
+  hierarchical dispatch sends a token once per distinct remote node, ``(N-1) ×
+  (1 - (1 - 1/N)^k)`` copies, over the NIC, and the NVLink share as above; the slower
+  link bounds. Without EP (``ep_size == 1``, ``num_gpus > 1``): an all-gather before and
+  a reduce-scatter after the MoE of ``T`` tokens' bf16 hidden state, ``2 × (n-1)/n ×
+  T × hidden × 2`` bytes per GPU per MoE layer.
+- ``tp_comm`` (``attn_tp > 1``): ring all-reduce of the attention output, ``2 ×
+  (t-1)/t × rows × hidden × 2`` bytes per layer.
+- ``cp_kv_gather`` (``cp_size > 1``): shared-KV keeps page ``j``'s KV on lane ``j mod R``
+  only, and the CP attention/indexer kernels read the context densely (the buffer
+  estimator's ``kv_materialize`` + ``index_k_materialize``), so every rank reads the
+  ``(R-1)/R`` remote share of **every context row** of the batch (prefix and extend)
+  once per layer: ``Σ (prefix + extend) × (R-1)/R × kv_bytes_per_token`` over NVLink.
+  *Assumption*: no DSA top-k-only gather.
+
+Overlap rule (what hides and what does not):
+
+- ``moe_comm`` hides under compute only with two-batch overlap (``two_batch_overlap``,
+  SGLang ``--enable-two-batch-overlap``). Then the MoE time is ``max(compute / (1 - f),
+  moe_comm)``: the communication kernels hold ``f = comm_sms / num_sms`` of the SMs while
+  they run (DeepSeek-V3 report, section 3.2.2: 20 of 132 SMs). Without it, it adds.
+  The breakdown reports the exposed part, ``moe_comm_exposed``.
+- ``tp_comm`` and ``cp_kv_gather`` are on the critical path (each layer's attention needs
+  them first) unless ``cp_kv_prefetch`` (the bs>1 L1 prefetch of the spec): then the
+  gather hides under compute and only ``max(0, gather - compute)`` is exposed.
+- host **load-back** is layer-wise H2D under compute: ``max(0, load - compute)``.
+  ``loaded × kv_bytes_per_token / kv_shards / h2d_bandwidth`` per GPU; shared-KV CP
+  shards the latent over the ``R`` lanes, MLA otherwise keeps the full latent on every
+  GPU, GQA shards KV heads over ``min(num_gpus, kv_heads)``.
+- fixed costs: ``per_forward`` (batch set-up, launch, sampling sync) and ``per_request``
+  (page table, owner-lane remap, positions and first-token sampling per request).
+
+``total`` is the sum of every other breakdown term (``linear + attention + indexer +
+elementwise`` of the busiest rank, ``moe_experts``, the exposed communication terms,
+``loadback_exposed`` and the fixed costs).
+
+Efficiencies are per GPU **family** (:data:`FAMILY_EFFICIENCIES`), chosen once from
+kernel measurements and never fitted to a throughput figure; ``benchmarks/RESULTS.md``
+("Cost-model validation") compares the model with every published prefill throughput
+we use, including the ones it misses.
+
+NOT modelled: MoE imbalance beyond one factor, kernel tail effects, power throttling,
+the KV write of new tokens (a few MB per layer), PD KV send-out beyond one bandwidth.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from math import sqrt
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from prefillkit.models import ModelSpec, get_model
+from prefillkit.sched.cp_split import add_lane_span
 from prefillkit.sim.gpus import GpuSpec, get_gpu
 
-# --- defaults -------------------------------------------------------------------------
-EFF_GEMM_FP8: float = 0.35  # FP8 (MoE) GEMMs at >= GEMM_SATURATION_TOKENS tokens
-EFF_GEMM_BF16: float = 0.7  # dense bf16 GEMMs at >= GEMM_SATURATION_TOKENS tokens
+if TYPE_CHECKING:
+    from prefillkit.config import Config
+
 GEMM_SATURATION_TOKENS: int = 512
 GEMM_EFF_FLOOR: float = 0.05  # lowest fraction of eff_gemm (only below ~1.3 tokens)
-DEFAULT_EFF_ATTN: float = 0.5
-DEFAULT_EFF_INDEXER: float = 0.25
-DEFAULT_EFF_MEM: float = 0.8
-DEFAULT_OVERHEAD_S: float = 0.003
 # PCIe Gen5 x16 host->device, achievable (64 GB/s theoretical per direction).
 DEFAULT_H2D_BANDWIDTH: float = 50e9
 # Aggregate send-out bandwidth of a prefill instance for PD disaggregation.
 DEFAULT_KV_TRANSFER_BANDWIDTH: float = 50e9
+# Assumption: batch set-up, kernel launches not hidden behind the first kernels, and the
+# first-token sampling sync of one forward (SGLang runs prefill without CUDA graphs).
+DEFAULT_PER_FORWARD_S: float = 0.003
+# Assumption: host-side work per request in a batch (page-table row, owner-lane remap,
+# positions, sampling); the same order as this repository's measured upstream admission
+# cost per request (60-85 us, benchmarks/RESULTS.md).
+DEFAULT_PER_REQUEST_S: float = 0.0001
 
 BREAKDOWN_KEYS: tuple[str, ...] = (
     "linear",
     "attention",
     "indexer",
+    "elementwise",
+    "moe_experts",
+    "moe_comm_exposed",
+    "tp_comm",
+    "cp_kv_gather",
     "loadback_exposed",
-    "overhead",
+    "per_request",
+    "per_forward",
     "total",
 )
+
+
+def _check_fraction(name: str, value: float) -> None:
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"{name} must be in (0, 1], got {value}")
+
+
+def _check_positive(name: str, value: float) -> None:
+    if not value > 0.0 or not math.isfinite(value):
+        raise ValueError(f"{name} must be finite and > 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class Efficiencies:
+    """Achieved fractions of peak for one GPU family (see :data:`FAMILY_EFFICIENCIES`)."""
+
+    gemm_fp8: float
+    gemm_bf16: float
+    attn: float
+    indexer: float
+    mem: float
+    nvlink: float
+    net: float
+    moe_imbalance: float  # busiest GPU's routed load / mean (after EPLB)
+    comm_sms: int  # SMs a communication kernel holds while it overlaps compute
+
+    def __post_init__(self) -> None:
+        for name in ("gemm_fp8", "gemm_bf16", "attn", "indexer", "mem", "nvlink", "net"):
+            _check_fraction(name, getattr(self, name))
+        if not self.moe_imbalance >= 1.0:
+            raise ValueError(f"moe_imbalance must be >= 1, got {self.moe_imbalance}")
+        if self.comm_sms < 0:
+            raise ValueError(f"comm_sms must be >= 0, got {self.comm_sms}")
+
+
+#: One set for the Hopper family, chosen once:
+#: - gemm_fp8 0.65: DeepGEMM's README (2025-02) reports 1,100-1,550 TFLOPS for
+#:   DeepSeek-V3's dense and grouped (MoE, contiguous layout) FP8 GEMM shapes on H800,
+#:   56-78 % of the 1,979 TFLOPS dense peak;
+#: - gemm_bf16 0.70: cuBLAS bf16 GEMMs of LLM shapes on H100 reach ~700 TFLOPS;
+#: - attn 0.5: FlashAttention-3 (Shah et al., 2024) reaches 610-740 TFLOPS (62-75 %)
+#:   on H100 for head dim 128/256; MLA prefill's 192/128 heads and causal masking are
+#:   taken at 0.5;
+#: - indexer 0.3: assumption (fp8 MQA logits at ~0.6 of peak, halved for the top-k
+#:   selection and ReLU-weighted head reduction that follow);
+#: - mem 0.8: STREAM-like copies reach ~80 % of HBM bandwidth;
+#: - nvlink 0.8: DeepEP's README measures 153-158 GB/s intranode dispatch/combine on
+#:   H800's 200 GB/s NVLink; NCCL all-gather bus bandwidth on H100 is ~360 of 450 GB/s;
+#: - net 0.9: DeepEP internode dispatch/combine at 43-58 GB/s on 400 Gb/s CX7;
+#: - moe_imbalance 1.25: assumption, the residual max/mean GPU load after EPLB (SGLang's
+#:   large-scale-EP blog: EPLB speeds prefill up 1.49x, i.e. the unbalanced load was
+#:   ~1.5-1.9x of the mean);
+#: - comm_sms 20: DeepSeek-V3 report, section 3.2.2 (20 of 132 SMs for communication).
+HOPPER = Efficiencies(
+    gemm_fp8=0.65,
+    gemm_bf16=0.70,
+    attn=0.5,
+    indexer=0.3,
+    mem=0.8,
+    nvlink=0.8,
+    net=0.9,
+    moe_imbalance=1.25,
+    comm_sms=20,
+)
+
+#: Blackwell and Ampere reuse Hopper's fractions: we found no published kernel
+#: efficiencies for them that we trust more, and the GB200 prefill figure in the
+#: validation table is a check of exactly that choice, not a fit.
+FAMILY_EFFICIENCIES: dict[str, Efficiencies] = {
+    "ampere": HOPPER,
+    "hopper": HOPPER,
+    "blackwell": HOPPER,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelLayout:
+    """How one instance's ``num_gpus`` GPUs split a forward (module docstring)."""
+
+    num_gpus: int
+    cp_size: int = 1
+    dp_size: int = 1
+    ep_size: int = 1
+    two_batch_overlap: bool = False
+    cp_kv_prefetch: bool = False
+    shared_kv: bool = True  # CP KV sharded over owner lanes (shared-KV); else replicated
+
+    def __post_init__(self) -> None:
+        for name in ("num_gpus", "cp_size", "dp_size", "ep_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_gpus % (self.cp_size * self.dp_size):
+            raise ValueError(
+                f"cp_size x dp_size ({self.cp_size} x {self.dp_size}) must divide "
+                f"num_gpus {self.num_gpus}"
+            )
+        if self.ep_size not in (1, self.num_gpus):
+            raise ValueError(f"ep_size must be 1 or num_gpus ({self.num_gpus}), got {self.ep_size}")
+
+    @property
+    def attn_tp(self) -> int:
+        return self.num_gpus // (self.cp_size * self.dp_size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +263,12 @@ class ReqShape:
 
 @runtime_checkable
 class CostModel(Protocol):
+    breakdown_keys: tuple[str, ...]
+
+    def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
+        """Seconds per term of one prefill forward; ``"total"`` is the forward time."""
+        ...
+
     def forward_time(self, batch: Sequence[ReqShape]) -> float:
         """Seconds for one prefill forward over ``batch`` (0.0 for an empty batch)."""
         ...
@@ -131,52 +282,32 @@ class CostModel(Protocol):
         ...
 
 
-def _causal_min_span(prefix: int, extend: int, cap: int) -> float:
-    """``∫_{prefix}^{prefix+extend} min(x, cap) dx``: keys attended, summed over queries."""
-    end = prefix + extend
-    if prefix >= cap:
-        return float(extend * cap)
-    if end <= cap:
-        return extend * (prefix + extend / 2.0)
-    return (cap * cap - prefix * prefix) / 2.0 + float((end - cap) * cap)
+def activation_bytes_per_token_layer(model: ModelSpec) -> float:
+    """Elementwise HBM traffic of one token through one layer, in bytes (assumption).
 
-
-def _check_fraction(name: str, value: float) -> None:
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"{name} must be in (0, 1], got {value}")
-
-
-def _check_positive(name: str, value: float) -> None:
-    if not value > 0.0 or not math.isfinite(value):
-        raise ValueError(f"{name} must be finite and > 0, got {value}")
+    bf16 (2 bytes) reads and writes of: ten hidden-width vectors (two RMSNorms, two
+    residual adds, the FP8 quantisation of the GEMM inputs), the attention's q, k and v
+    (``heads × (2 d_qk + d_v)``) and, per FFN, six intermediate-width vectors (gate and
+    up written and read, the activation written and read) for each expert the token
+    visits (``k + shared`` for MoE models, the dense width otherwise). MoE models add the
+    token permutation into the grouped-GEMM contiguous layout and back (DeepGEMM's
+    contiguous layout, as SGLang's EP path uses): per routed copy the fp8 input written
+    and read and the bf16 output written and read, ``k × hidden × 6`` bytes.
+    """
+    ffn = (
+        (model.experts_per_token + model.num_shared_experts) * model.moe_intermediate_size
+        if model.num_experts > 0
+        else model.intermediate_size
+    )
+    heads = model.num_heads * (2 * model.head_dim_qk + model.head_dim_v)
+    permute = 6.0 * model.experts_per_token * model.hidden_size if model.num_experts else 0.0
+    return 2.0 * (10 * model.hidden_size + heads + 6 * ffn) + permute
 
 
 class RooflineCostModel:
-    """Analytic roofline cost model; see the module docstring for every formula."""
+    """Per-rank roofline + communication cost model; see the module docstring."""
 
-    __slots__ = (
-        "_attn_coef",
-        "_attn_rate",
-        "_dense_params",
-        "_expert_params",
-        "_gemm_rate",
-        "_idx_coef",
-        "_idx_rate",
-        "_kv_shards",
-        "_mem_rate",
-        "eff_attn",
-        "eff_gemm",
-        "eff_indexer",
-        "eff_mem",
-        "gemm_dtype",
-        "gpu",
-        "h2d_bandwidth",
-        "kv_bytes_per_token",
-        "kv_transfer_bandwidth",
-        "model",
-        "num_gpus",
-        "overhead_s",
-    )
+    breakdown_keys: tuple[str, ...] = BREAKDOWN_KEYS
 
     def __init__(
         self,
@@ -184,11 +315,13 @@ class RooflineCostModel:
         gpu: GpuSpec,
         num_gpus: int,
         *,
+        layout: ParallelLayout | None = None,
+        page_size: int = 64,
+        eff: Efficiencies | None = None,
         eff_gemm: float | None = None,
-        eff_attn: float = DEFAULT_EFF_ATTN,
-        eff_mem: float = DEFAULT_EFF_MEM,
-        eff_indexer: float = DEFAULT_EFF_INDEXER,
-        overhead_s: float = DEFAULT_OVERHEAD_S,
+        eff_attn: float | None = None,
+        per_forward_s: float = DEFAULT_PER_FORWARD_S,
+        per_request_s: float = DEFAULT_PER_REQUEST_S,
         h2d_bandwidth: float = DEFAULT_H2D_BANDWIDTH,
         kv_transfer_bandwidth: float = DEFAULT_KV_TRANSFER_BANDWIDTH,
         kv_bytes_per_token: int | None = None,
@@ -196,136 +329,318 @@ class RooflineCostModel:
     ) -> None:
         if num_gpus < 1:
             raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
+        layout = layout or ParallelLayout(num_gpus)
+        if layout.num_gpus != num_gpus:
+            raise ValueError(f"layout has {layout.num_gpus} GPUs, expected {num_gpus}")
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
         if gemm_dtype is None:
             gemm_dtype = "fp8" if model.weight_bytes_per_param <= 1.0 else "bf16"
         if gemm_dtype not in ("fp8", "bf16"):
             raise ValueError(f"gemm_dtype must be 'fp8' or 'bf16', got {gemm_dtype!r}")
+        eff = eff or FAMILY_EFFICIENCIES[gpu.family]
         if eff_gemm is None:
-            eff_gemm = EFF_GEMM_FP8 if gemm_dtype == "fp8" else EFF_GEMM_BF16
+            eff_gemm = eff.gemm_fp8 if gemm_dtype == "fp8" else eff.gemm_bf16
+        if eff_attn is None:
+            eff_attn = eff.attn
         if kv_bytes_per_token is None:
             kv_bytes_per_token = model.kv_bytes_per_token_bf16
         _check_fraction("eff_gemm", eff_gemm)
         _check_fraction("eff_attn", eff_attn)
-        _check_fraction("eff_mem", eff_mem)
-        _check_fraction("eff_indexer", eff_indexer)
         _check_positive("h2d_bandwidth", h2d_bandwidth)
         _check_positive("kv_transfer_bandwidth", kv_transfer_bandwidth)
-        if overhead_s < 0.0 or not math.isfinite(overhead_s):
-            raise ValueError(f"overhead_s must be finite and >= 0, got {overhead_s}")
+        for name, value in (("per_forward_s", per_forward_s), ("per_request_s", per_request_s)):
+            if value < 0.0 or not math.isfinite(value):
+                raise ValueError(f"{name} must be finite and >= 0, got {value}")
         if kv_bytes_per_token <= 0:
             raise ValueError(f"kv_bytes_per_token must be > 0, got {kv_bytes_per_token}")
 
         self.model = model
         self.gpu = gpu
         self.num_gpus = num_gpus
+        self.layout = layout
+        self.page_size = page_size
+        self.eff = eff
         self.eff_gemm = eff_gemm
         self.eff_attn = eff_attn
-        self.eff_mem = eff_mem
-        self.eff_indexer = eff_indexer
-        self.overhead_s = overhead_s
+        self.per_forward_s = per_forward_s
+        self.per_request_s = per_request_s
         self.h2d_bandwidth = h2d_bandwidth
         self.kv_transfer_bandwidth = kv_transfer_bandwidth
         self.kv_bytes_per_token = kv_bytes_per_token
         self.gemm_dtype = gemm_dtype
 
-        gemm_peak = gpu.peak_flops_fp8 if gemm_dtype == "fp8" else gpu.peak_flops_bf16
-        self._gemm_rate = num_gpus * gemm_peak  # FLOP/s before efficiency
-        self._attn_rate = num_gpus * gpu.peak_flops_bf16 * eff_attn
-        self._idx_rate = num_gpus * gpu.peak_flops_fp8 * eff_indexer
-        self._mem_rate = num_gpus * gpu.hbm_bandwidth * eff_mem
-        self._attn_coef = (
-            2.0 * model.num_layers * model.num_heads * (model.head_dim_qk + model.head_dim_v)
+        m = model
+        tp = layout.attn_tp
+        self._gemm_peak = gpu.peak_flops_fp8 if gemm_dtype == "fp8" else gpu.peak_flops_bf16
+        self._mem_bw = gpu.hbm_bandwidth * eff.mem
+        self._attn_coef = 2.0 * m.num_layers * m.num_heads * (m.head_dim_qk + m.head_dim_v) / tp
+        self._attn_rate = gpu.peak_flops_bf16 * eff_attn
+        self._idx_coef = 2.0 * m.num_layers * m.index_n_heads * m.index_head_dim / tp
+        self._idx_rate = gpu.peak_flops_fp8 * eff.indexer
+        self._topk = m.index_topk if m.is_sparse else 0
+        self._local_flops_per_row = 2.0 * max(m.token_local_params, 0.0) / tp
+        self._local_weight_s = (
+            max(m.total_params - m.expert_params * m.num_experts * m.moe_layers, 0.0)
+            * m.weight_bytes_per_param
+            / tp
+            / self._mem_bw
         )
-        self._idx_coef = 2.0 * model.num_layers * model.index_n_heads * model.index_head_dim
-        # MLA: every GPU holds the whole latent; GQA: KV heads shard over TP ranks.
-        self._kv_shards = (
-            1 if model.attention == "mla" else max(1, min(num_gpus, model.num_kv_heads))
-        )
-        # MoE split: per routed expert params (all layers) and always-read params.
-        e, k = model.num_experts, model.experts_per_token
-        if e > 0 and 0 < k < e and model.total_params > model.active_params:
-            per_expert = (model.total_params - model.active_params) / (e - k)
-            self._expert_params = per_expert * e
-            self._dense_params = model.total_params - self._expert_params
+        self._linear_s_per_row_saturated = self._local_flops_per_row / (self._gemm_peak * eff_gemm)
+        self._elem_s_per_row = activation_bytes_per_token_layer(m) * m.num_layers / self._mem_bw
+        # Routed experts: FLOPs per instance token on the busiest GPU, the weight-read
+        # time of all its experts, and log(1 - k/E) for the expected coverage.
+        self._ep = layout.ep_size
+        if m.num_experts and 0 < m.experts_per_token < m.num_experts:
+            k, e = m.experts_per_token, m.num_experts
+            per_expert_all_layers = m.expert_params * m.moe_layers
+            if self._ep > 1:
+                self._moe_flops_per_pair = 2.0 * per_expert_all_layers * k / self._ep
+                self._moe_flops_per_pair *= eff.moe_imbalance
+                held = e / self._ep
+            else:
+                self._moe_flops_per_pair = 2.0 * per_expert_all_layers * k / num_gpus
+                held = e / num_gpus
+            self._moe_weight_s = (
+                held * per_expert_all_layers * m.weight_bytes_per_param / self._mem_bw
+            )
+            self._k_over_e = k / e
+            self._log_miss = math.log1p(-k / e)
         else:
-            self._expert_params = 0.0
-            self._dense_params = model.total_params
+            self._moe_flops_per_pair = 0.0
+            self._moe_weight_s = 0.0
+            self._k_over_e = 0.0
+            self._log_miss = 0.0
+        # Links.
+        self._nvl_bw = gpu.nvlink_bandwidth * eff.nvlink
+        self._net_bw = gpu.net_bandwidth * eff.net
+        self._sm_frac = min(eff.comm_sms / gpu.num_sms, 0.9)
+        disp = (
+            m.hidden_size * (1.0 + 4.0 / 128)
+            if m.weight_bytes_per_param <= 1.0
+            else (2.0 * m.hidden_size)
+        )
+        self._a2a_bytes_per_copy = disp + 2.0 * m.hidden_size  # dispatch + bf16 combine
+        # Host load-back shards.
+        if layout.cp_size > 1 and layout.shared_kv:
+            self._kv_shards = layout.cp_size
+        elif m.attention == "mla":
+            self._kv_shards = 1
+        else:
+            self._kv_shards = max(1, min(num_gpus, m.num_kv_heads))
 
     # --- building blocks -------------------------------------------------------------
-    def gemm_efficiency(self, tokens: int) -> float:
-        """Effective GEMM efficiency for ``tokens`` tokens in the forward."""
+    def gemm_efficiency(self, tokens: float) -> float:
+        """Effective GEMM efficiency for a GEMM over ``tokens`` rows."""
         ramp = math.sqrt(tokens / GEMM_SATURATION_TOKENS) if tokens > 0 else 0.0
         return self.eff_gemm * min(1.0, max(GEMM_EFF_FLOOR, ramp))
 
-    def weight_bytes_read(self, tokens: int) -> float:
-        """Weight bytes one forward over ``tokens`` tokens reads (whole model, all GPUs)."""
-        m = self.model
-        if self._expert_params <= 0.0:
-            return m.total_params * m.weight_bytes_per_param
-        frac = 1.0 - (1.0 - m.experts_per_token / m.num_experts) ** max(tokens, 0)
-        return (self._dense_params + self._expert_params * frac) * m.weight_bytes_per_param
-
-    def linear_time(self, tokens: int) -> float:
-        """Linear-layer roofline time for ``tokens`` tokens (0.0 for no tokens)."""
-        if tokens <= 0:
+    def linear_time(self, rows: float) -> float:
+        """Token-local GEMM time of one rank computing ``rows`` query rows."""
+        if rows <= 0:
             return 0.0
-        flops = 2.0 * self.model.active_params * tokens
-        compute = flops / (self._gemm_rate * self.gemm_efficiency(tokens))
-        memory = self.weight_bytes_read(tokens) / self._mem_rate
-        return max(compute, memory)
+        compute = self._local_flops_per_row * rows / (self._gemm_peak * self.gemm_efficiency(rows))
+        return max(compute, self._local_weight_s)
 
-    def attention_flops(self, req: ReqShape) -> tuple[float, float]:
-        """(attention FLOPs, indexer FLOPs) of one request's part of a forward."""
+    def moe_expert_time(self, tokens: int) -> float:
+        """Busiest GPU's routed-expert GEMM time when the instance runs ``tokens`` tokens.
+
+        EP: ``tokens × k / ep_size × moe_imbalance`` (token, expert) pairs on the busiest
+        GPU, its ``E / ep_size`` experts' weights read (expected coverage). MoE TP: a
+        ``1 / num_gpus`` slice of every expert's work and weights.
+        """
+        if tokens <= 0 or self._moe_flops_per_pair == 0.0:
+            return 0.0
+        per_expert_rows = tokens * self._k_over_e
+        compute = (
+            self._moe_flops_per_pair
+            * tokens
+            / (self._gemm_peak * self.gemm_efficiency(per_expert_rows))
+        )
+        coverage = 1.0 - math.exp(tokens * self._log_miss)
+        return max(compute, coverage * self._moe_weight_s)
+
+    def moe_comm_time(self, rank_rows: float, tokens: int) -> float:
+        """Raw MoE communication time per forward (EP all-to-all or TP collectives)."""
         m = self.model
-        prefix, extend = req.prefix_len, req.extend_len
-        dense_span = extend * (prefix + extend / 2.0)
-        if m.is_sparse and prefix + extend > m.sparse_dense_threshold:
-            attn = self._attn_coef * _causal_min_span(prefix, extend, m.index_topk)
-            return attn, self._idx_coef * dense_span
-        return self._attn_coef * dense_span, 0.0
+        lay = self.layout
+        if m.num_experts == 0 and lay.num_gpus == 1:
+            return 0.0
+        if self._ep > 1:
+            rows = rank_rows / lay.attn_tp
+            k = m.experts_per_token
+            nodes = -(-self._ep // self.gpu.nvlink_domain)
+            nvl = rows * k * (self._ep - 1) / self._ep * self._a2a_bytes_per_copy
+            per_layer = nvl / self._nvl_bw
+            if nodes > 1:
+                remote = (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** k)
+                per_layer = max(per_layer, rows * remote * self._a2a_bytes_per_copy / self._net_bw)
+            return per_layer * m.moe_layers
+        n = lay.num_gpus
+        if n == 1:
+            return 0.0
+        layers = m.moe_layers if m.num_experts else m.num_layers
+        if lay.cp_size == 1 and lay.dp_size == 1:
+            return 0.0  # pure TP: the FFN all-reduce is counted with the attention one
+        volume = 2.0 * (n - 1) / n * tokens * m.hidden_size * 2.0
+        bw = self._nvl_bw if n <= self.gpu.nvlink_domain else self._net_bw
+        return volume / bw * layers
+
+    def tp_comm_time(self, rank_rows: float) -> float:
+        """Attention all-reduce time of one rank's rows (``attn_tp > 1``)."""
+        t = self.layout.attn_tp
+        if t == 1:
+            return 0.0
+        m = self.model
+        per_layer = 2.0 * (t - 1) / t * rank_rows * m.hidden_size * 2.0
+        if self.layout.cp_size == 1 and self.layout.dp_size == 1:
+            per_layer *= 2.0  # pure TP: the FFN output is all-reduced too
+        bw = self._nvl_bw if t <= self.gpu.nvlink_domain else self._net_bw
+        return per_layer * self.model.num_layers / bw
+
+    def cp_gather_time(self, context_tokens: int) -> float:
+        """Shared-KV CP read of the remote share of every context row, all layers."""
+        r = self.layout.cp_size
+        if r == 1:
+            return 0.0
+        return context_tokens * (r - 1) / r * self.kv_bytes_per_token / self._nvl_bw
 
     def loadback_time(self, loaded_tokens: int) -> float:
         """Raw host->device load time for ``loaded_tokens`` tokens (before overlap)."""
         per_gpu = loaded_tokens * self.kv_bytes_per_token / self._kv_shards
         return per_gpu / self.h2d_bandwidth
 
+    def rank_work(self, batch: Sequence[ReqShape]) -> tuple[list[int], list[int], list[int]]:
+        """Per attention rank: query rows, attention keys and indexer keys of ``batch``.
+
+        One :func:`add_lane_span` per request, two when a sparse model's extend straddles
+        ``index_topk``: rows below the cap attend their causal keys, rows at or above it
+        attend exactly ``index_topk``; the indexer scans every row's causal keys in
+        requests whose context exceeds ``sparse_dense_threshold``.
+        """
+        r = self.layout.cp_size
+        page = self.page_size if r > 1 else 1
+        topk = self._topk
+        threshold = self.model.sparse_dense_threshold
+        if not topk:
+            rows = [0] * r
+            attn = [0] * r
+            for req in batch:
+                p, e = req.prefix_len, req.extend_len
+                if p < 0 or e < 0:
+                    raise ValueError(f"negative ReqShape field: {req}")
+                add_lane_span(rows, attn, p, p + e, page)
+            return rows, attn, [0] * r
+        low_rows = [0] * r  # rows below the top-k cap, requests without the indexer
+        low_keys = [0] * r
+        low_rows_i = [0] * r  # rows below the cap, requests with the indexer
+        low_keys_i = [0] * r
+        high_rows = [0] * r  # rows at or above the cap, requests with the indexer
+        high_keys = [0] * r
+        high_rows_n = [0] * r  # rows at or above the cap, without (threshold > topk)
+        for req in batch:
+            p, e = req.prefix_len, req.extend_len
+            if p < 0 or e < 0:
+                raise ValueError(f"negative ReqShape field: {req}")
+            if e == 0:
+                continue
+            end = p + e
+            indexer = end > threshold
+            if p < topk:
+                if indexer:
+                    add_lane_span(low_rows_i, low_keys_i, p, min(end, topk), page)
+                else:
+                    add_lane_span(low_rows, low_keys, p, min(end, topk), page)
+            if end > topk:
+                if indexer:
+                    add_lane_span(high_rows, high_keys, max(p, topk), end, page)
+                else:
+                    add_lane_span(high_rows_n, None, max(p, topk), end, page)
+        lanes = range(r)
+        rows = [low_rows[i] + low_rows_i[i] + high_rows[i] + high_rows_n[i] for i in lanes]
+        attn = [low_keys[i] + low_keys_i[i] + topk * (high_rows[i] + high_rows_n[i]) for i in lanes]
+        idx = [low_keys_i[i] + high_keys[i] for i in lanes]
+        return rows, attn, idx
+
     # --- CostModel --------------------------------------------------------------------
     def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
-        """Seconds per component of one forward; keys are :data:`BREAKDOWN_KEYS`."""
+        """Seconds per term of one forward; keys are :data:`BREAKDOWN_KEYS`."""
         tokens = 0
         loaded = 0
-        attn_flops = 0.0
-        idx_flops = 0.0
+        context = 0
+        n_req = 0
         for req in batch:
-            if req.prefix_len < 0 or req.extend_len < 0 or req.loaded_tokens < 0:
-                raise ValueError(f"negative ReqShape field: {req}")
             tokens += req.extend_len
             loaded += req.loaded_tokens
-            a, i = self.attention_flops(req)
-            attn_flops += a
-            idx_flops += i
+            context += req.prefix_len + req.extend_len
+            n_req += 1
         if tokens == 0 and loaded == 0:
             return dict.fromkeys(BREAKDOWN_KEYS, 0.0)
-        linear = self.linear_time(tokens)
-        attention = attn_flops / self._attn_rate
-        indexer = idx_flops / self._idx_rate
-        compute = linear + attention + indexer
-        exposed = max(0.0, self.loadback_time(loaded) - compute)
-        overhead = self.overhead_s
-        return {
+        rows, attn_keys, idx_keys = self.rank_work(batch)
+        # The busiest rank; linear_time inlined (hot path): every lane's time is
+        # linear(rows) + a * attention keys + b * indexer keys + c * rows.
+        a = self._attn_coef / self._attn_rate
+        b = self._idx_coef / self._idx_rate
+        c = self._elem_s_per_row
+        best_t = -1.0
+        best = 0
+        full = self._linear_s_per_row_saturated
+        floor = self._local_weight_s
+        for lane, lane_rows in enumerate(rows):
+            t = a * attn_keys[lane] + b * idx_keys[lane] + c * lane_rows
+            if lane_rows >= GEMM_SATURATION_TOKENS:
+                lin = full * lane_rows
+                t += lin if lin > floor else floor
+            elif lane_rows:
+                # Below saturation the ramp gives rows / sqrt(rows / 512).
+                lin = full * sqrt(GEMM_SATURATION_TOKENS * lane_rows)
+                t += lin if lin > floor else floor
+            if t > best_t:
+                best_t = t
+                best = lane
+        busiest_rows = rows[best]
+        linear = self.linear_time(busiest_rows)
+        attention = a * attn_keys[best]
+        indexer = b * idx_keys[best]
+        elementwise = c * busiest_rows
+        rank_s = best_t
+        dp = self.layout.dp_size
+        instance_tokens = tokens * dp
+        experts = self.moe_expert_time(instance_tokens)
+        compute = rank_s + experts
+        comm = self.moe_comm_time(busiest_rows, instance_tokens)
+        if self.layout.two_batch_overlap and comm > 0.0:
+            core = max(compute / (1.0 - self._sm_frac), comm)
+        else:
+            core = compute + comm
+        moe_exposed = core - compute
+        tp = self.tp_comm_time(busiest_rows)
+        gather = self.cp_gather_time(context)
+        if self.layout.cp_kv_prefetch:
+            gather = max(0.0, gather - compute)
+        exposed = max(0.0, self.loadback_time(loaded) - core)
+        per_request = self.per_request_s * n_req
+        parts = {
             "linear": linear,
             "attention": attention,
             "indexer": indexer,
+            "elementwise": elementwise,
+            "moe_experts": experts,
+            "moe_comm_exposed": moe_exposed,
+            "tp_comm": tp,
+            "cp_kv_gather": gather,
             "loadback_exposed": exposed,
-            "overhead": overhead,
-            "total": compute + exposed + overhead,
+            "per_request": per_request,
+            "per_forward": self.per_forward_s,
         }
+        parts["total"] = sum(parts.values())
+        return parts
 
     def forward_time(self, batch: Sequence[ReqShape]) -> float:
         return self.breakdown(batch)["total"]
 
     def decode_step_time(self, batch_size: int, total_context: int) -> float:
-        """One decode step: ``max(memory, compute) + overhead_s``.
+        """One decode step: ``max(memory, compute) + per_forward_s``.
 
         Memory: the weights the step touches (all for dense models, the expected
         expert coverage of ``batch_size`` tokens for MoE) plus the KV it reads, over
@@ -350,11 +665,17 @@ class RooflineCostModel:
             kv = total_context * idx_bytes + latent_tokens * latent_bytes
         else:
             kv = float(total_context) * self.kv_bytes_per_token
-        memory = (self.weight_bytes_read(batch_size) + kv) / self._mem_rate
+        if m.num_experts:
+            frac = 1.0 - (1.0 - m.experts_per_token / m.num_experts) ** batch_size
+            routed = m.expert_params * m.num_experts * m.moe_layers
+            weights = (m.total_params - routed + routed * frac) * m.weight_bytes_per_param
+        else:
+            weights = m.total_params * m.weight_bytes_per_param
+        memory = (weights + kv) / (self.num_gpus * self._mem_bw)
         compute = (2.0 * m.active_params * batch_size) / (
-            self._gemm_rate * self.gemm_efficiency(batch_size)
+            self.num_gpus * self._gemm_peak * self.gemm_efficiency(batch_size)
         )
-        return max(memory, compute) + self.overhead_s
+        return max(memory, compute) + self.per_forward_s
 
     def kv_transfer_time(self, tokens: int) -> float:
         """``tokens × kv_bytes_per_token / kv_transfer_bandwidth`` (no fixed latency)."""
@@ -365,9 +686,8 @@ class RooflineCostModel:
     def __repr__(self) -> str:
         return (
             f"RooflineCostModel(model={self.model.name!r}, gpu={self.gpu.name!r}, "
-            f"num_gpus={self.num_gpus}, gemm_dtype={self.gemm_dtype!r}, "
-            f"eff_gemm={self.eff_gemm}, eff_attn={self.eff_attn}, eff_mem={self.eff_mem}, "
-            f"eff_indexer={self.eff_indexer}, overhead_s={self.overhead_s})"
+            f"layout={self.layout!r}, gemm_dtype={self.gemm_dtype!r}, "
+            f"eff_gemm={self.eff_gemm}, eff_attn={self.eff_attn})"
         )
 
 
@@ -378,17 +698,71 @@ def default_cost_model(
     kv_bytes_per_token: int | None = None,
     h2d_gbps: float = DEFAULT_H2D_BANDWIDTH / 1e9,
     kv_transfer_gbps: float = DEFAULT_KV_TRANSFER_BANDWIDTH / 1e9,
+    *,
+    cp_size: int = 1,
+    ep_size: int = 1,
+    page_size: int = 64,
+    two_batch_overlap: bool = False,
+    shared_kv: bool = True,
 ) -> RooflineCostModel:
-    """Calibrated :class:`RooflineCostModel` for preset names.
+    """:class:`RooflineCostModel` for preset names and a layout.
 
     ``h2d_gbps`` and ``kv_transfer_gbps`` are in GB/s (1e9 *bytes*/s, not Gbit/s).
     ``kv_bytes_per_token`` defaults to the model's bf16 KV size.
     """
+    layout = ParallelLayout(
+        num_gpus,
+        cp_size=cp_size,
+        ep_size=ep_size,
+        two_batch_overlap=two_batch_overlap,
+        shared_kv=shared_kv,
+    )
     return RooflineCostModel(
         get_model(model_name),
         get_gpu(gpu_name),
         num_gpus,
+        layout=layout,
+        page_size=page_size,
         kv_bytes_per_token=kv_bytes_per_token,
         h2d_bandwidth=h2d_gbps * 1e9,
         kv_transfer_bandwidth=kv_transfer_gbps * 1e9,
+    )
+
+
+def gpu_for_config(cfg: Config) -> GpuSpec:
+    """The GPU preset named by ``cfg.gpu`` with the interconnect overrides applied.
+
+    Raises ``KeyError`` for an unknown GPU name.
+    """
+    gpu = get_gpu(cfg.gpu)
+    if cfg.nvlink_bandwidth_gbps is not None:
+        gpu = dataclasses.replace(gpu, nvlink_bandwidth=cfg.nvlink_bandwidth_gbps * 1e9)
+    if cfg.net_bandwidth_gbps is not None:
+        gpu = dataclasses.replace(gpu, net_bandwidth=cfg.net_bandwidth_gbps * 1e9)
+    return gpu
+
+
+def cost_model_for_config(cfg: Config, num_gpus: int) -> RooflineCostModel:
+    """The cost model of the deployment ``cfg`` describes on ``num_gpus`` GPUs.
+
+    CP runs over ``cfg.cp_size`` ranks (shared-KV when ``enable_cp_shared_kv``), the
+    routed experts over ``cfg.ep_size``, attention TP over the rest; the page size,
+    KV bytes, bandwidths and two-batch overlap come from ``cfg``.
+    """
+    layout = ParallelLayout(
+        num_gpus,
+        cp_size=cfg.cp_size,
+        ep_size=cfg.ep_size if cfg.ep_size == num_gpus else 1,
+        two_batch_overlap=cfg.enable_two_batch_overlap,
+        shared_kv=cfg.enable_cp_shared_kv,
+    )
+    return RooflineCostModel(
+        cfg.model_spec,
+        gpu_for_config(cfg),
+        num_gpus,
+        layout=layout,
+        page_size=cfg.resolved_page_size,
+        kv_bytes_per_token=cfg.resolved_kv_bytes_per_token,
+        h2d_bandwidth=cfg.h2d_bandwidth_gbps * 1e9,
+        kv_transfer_bandwidth=cfg.kv_transfer_bandwidth_gbps * 1e9,
     )
