@@ -1,4 +1,4 @@
-"""The ``prefillkit`` command line: replay, compare, report, trace-stats and knobs.
+"""The ``prefillkit`` command line: replay, compare, report, generate, trace-stats, knobs.
 
 Every :class:`~prefillkit.config.Config` field is a flag of ``replay``, spelled as SGLang
 spells it (``--chunked-prefill-size``); the flags left over after click's own options are
@@ -66,15 +66,30 @@ from prefillkit.runner import (
     InputError,
     WorkloadSpec,
     build_config,
+    generate_records,
     load_requests,
     lru_hit_rate,
     make_replay_options,
     run_replay,
+    write_trace_jsonl,
 )
 from prefillkit.sim.engine import Engine, SimConfigError
 from prefillkit.sim.output import json_ready, summary_document, write_run
 from prefillkit.workloads.errors import WorkloadError
-from prefillkit.workloads.generators import generated_shared_prefix, multi_turn_agentic
+from prefillkit.workloads.generators import (
+    SEED_AGENTIC,
+    generated_shared_prefix,
+    merge_agentic_args,
+    multi_turn_agentic,
+)
+from prefillkit.workloads.options import (
+    AGENTIC_PARAMS,
+    GSP_PARAMS,
+    GenParam,
+    WorkloadTableError,
+    parse_text,
+    read_workload_table,
+)
 from prefillkit.workloads.record import to_request
 from prefillkit.workloads.replay import FORMATS, ReplayOptions, detect_format, load_records
 from prefillkit.workloads.stats import trace_stats
@@ -216,19 +231,22 @@ class ConfigFlagsCommand(click.Command):
         super().format_epilog(ctx, formatter)
 
 
-def _gen_default(fn: Callable[..., Any], name: str) -> str:
-    value = inspect.signature(fn).parameters[name].default
+def _show_default(value: object) -> str:
     if isinstance(value, tuple):
-        return "..".join(str(v) for v in value)
-    return str(value)
+        return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
+    return "none" if value is None else str(value)
 
 
-def _gsp_help(text: str, name: str) -> str:
-    return f"{text} [default: {_gen_default(generated_shared_prefix, name)}]"
+def _gen_default(fn: Callable[..., Any], name: str) -> str:
+    return _show_default(inspect.signature(fn).parameters[name].default)
 
 
-def _agentic_help(text: str, name: str) -> str:
-    return f"{text} [default: {_gen_default(multi_turn_agentic, name)}]"
+def _param_help(p: GenParam) -> str:
+    """``p``'s help with its default (and, for agentic ones, the seed preset's value)."""
+    if p in GSP_PARAMS:
+        return f"{p.help} [default: {_gen_default(generated_shared_prefix, p.name)}]"
+    preset = f"; seed: {_show_default(SEED_AGENTIC[p.name])}" if p.name in SEED_AGENTIC else ""
+    return f"{p.help} [default: {_gen_default(multi_turn_agentic, p.name)}{preset}]"
 
 
 # --------------------------------------------------------------------------- formatting
@@ -344,51 +362,67 @@ def _given(ctx: click.Context, name: str) -> bool:
     return source is not None and source is not click.core.ParameterSource.DEFAULT
 
 
-_GSP_PARAMS: dict[str, str] = {
-    "gsp_num_groups": "num_groups",
-    "gsp_prompts_per_group": "prompts_per_group",
-    "gsp_system_prompt_len": "system_prompt_len",
-    "gsp_question_len": "question_len",
-    "gsp_output_len": "output_len",
-    "gsp_range_ratio": "range_ratio",
-    "gsp_num_turns": "num_turns",
-    "gsp_request_rate": "request_rate",
-    "gsp_group_distribution": "group_distribution",
-    "gsp_zipf_alpha": "zipf_alpha",
-    "gsp_ordered": "ordered",
-}
-_AGENTIC_PARAMS: dict[str, str] = {
-    "agentic_sessions": "num_sessions",
-    "agentic_system_prompt_len": "system_prompt_len",
-    "agentic_session_rate": "session_arrival_rate",
-}
-
-
 def _opt_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _given_params(ctx: click.Context, params: Sequence[GenParam]) -> list[GenParam]:
+    return [p for p in params if p.cli and _given(ctx, p.dest)]
+
+
+def _generator_args(
+    ctx: click.Context, params: dict[str, Any]
+) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """``(generator, keyword arguments, where each came from)`` of a generated workload.
+
+    Layers, lowest first: the ``[workload]`` table of ``--config``, then the flags (the
+    ``seed`` preset's values lie below both; see ``runner._generator_call``). The
+    generator is ``--generator``, else the table's, else ``gsp`` when only ``--gsp-*``
+    options are given, else ``agentic``.
+    """
+    gsp_given = _given_params(ctx, GSP_PARAMS)
+    agentic_given = _given_params(ctx, AGENTIC_PARAMS)
+    config_path: str | None = params.get("config_path")
+    try:
+        table = read_workload_table(config_path) if config_path is not None else None
+    except WorkloadTableError as exc:
+        raise InputError(str(exc)) from None
+    generator: str | None = params["generator"] or (table.generator if table else None)
+    if generator is None:
+        generator = "gsp" if gsp_given and not agentic_given else "agentic"
+    given, wrong = (gsp_given, agentic_given) if generator == "gsp" else (agentic_given, gsp_given)
+    if wrong:
+        raise InputError(f"{wrong[0].flag} does not apply to --generator {generator}")
+    try:
+        file_args = table.args_for(generator) if table is not None else {}
+    except WorkloadTableError as exc:
+        raise InputError(str(exc)) from None
+    flag_args = {p.name: params[p.dest] for p in given}
+    labels = {n: table.label(n) for n in file_args} if table is not None else {}
+    labels.update((p.name, p.flag) for p in given)
+    if generator == "gsp":
+        return generator, {**file_args, **flag_args}, labels
+    return generator, merge_agentic_args(file_args, flag_args), labels
+
+
 def _workload_spec(ctx: click.Context, params: dict[str, Any]) -> WorkloadSpec:
-    gsp_given = [n for n in _GSP_PARAMS if _given(ctx, n)]
-    agentic_given = [n for n in _AGENTIC_PARAMS if _given(ctx, n)]
     trace = params["trace"]
-    generator = params["generator"]
+    generator = "agentic"
+    generator_args: dict[str, Any] = {}
+    labels: dict[str, str] = {}
     if trace is not None:
-        extra = (["generator"] if generator is not None else []) + gsp_given + agentic_given
+        given = _given_params(ctx, GSP_PARAMS) + _given_params(ctx, AGENTIC_PARAMS)
+        extra = (["--generator"] if params["generator"] is not None else []) + [
+            p.flag for p in given
+        ]
         if extra:
-            raise InputError(f"{_opt_flag(extra[0])} does not apply with --trace (a trace file)")
+            raise InputError(f"{extra[0]} does not apply with --trace (a trace file)")
     else:
         if _given(ctx, "fmt"):
             raise InputError("--format needs --trace")
-        if generator is None:
-            generator = "gsp" if gsp_given and not agentic_given else "agentic"
-        wrong = agentic_given if generator == "gsp" else gsp_given
-        if wrong:
-            raise InputError(f"{_opt_flag(wrong[0])} does not apply to --generator {generator}")
+        generator, generator_args, labels = _generator_args(ctx, params)
     if params["skip_bad_rows"] and trace is None:
         raise InputError("--skip-bad-rows needs --trace")
-    mapping = _GSP_PARAMS if generator == "gsp" else _AGENTIC_PARAMS
-    generator_args = {mapping[n]: params[n] for n in (gsp_given + agentic_given)}
     replay = make_replay_options(
         time_scale=params["time_scale"],
         rate=params["rate"],
@@ -402,9 +436,62 @@ def _workload_spec(ctx: click.Context, params: dict[str, Any]) -> WorkloadSpec:
         trace=trace,
         fmt=params["fmt"],
         block_size=params["block_size"],
-        generator=generator or "agentic",
+        generator=generator,
         generator_args=generator_args,
         replay=replay,
+        arg_labels=labels,
+    )
+
+
+class _GenParamType(click.ParamType):
+    """A generator parameter's value on the command line (see ``options.parse_text``)."""
+
+    def __init__(self, param: GenParam) -> None:
+        self.param = param
+        self.name = param.kind
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return parse_text(self.param, value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def _once(ctx: click.Context, param: click.Parameter, values: tuple[Any, ...]) -> Any:
+    """Callback of a ``multiple`` option that may be given at most once: its one value."""
+    if len(values) > 1:
+        raise click.BadParameter("given more than once", ctx=ctx, param=param)
+    return values[0] if values else None
+
+
+_METAVARS: dict[str, str] = {
+    "int": "INTEGER",
+    "float": "FLOAT",
+    "int_range": "LO,HI",
+    "float_range": "LO,HI",
+}
+
+
+def _param_option(p: GenParam) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The click option of generator parameter ``p`` (given at most once)."""
+    if p.kind == "bool":
+        return click.option(p.flag, p.dest, is_flag=True, default=False, help=p.help)
+    kind: click.ParamType = click.Choice(p.choices) if p.kind == "choice" else _GenParamType(p)
+    metavar = _METAVARS.get(p.kind)
+    if metavar is not None and p.nullable:
+        metavar += "|none"
+    if p.name == "system_prompt_len" and p in AGENTIC_PARAMS:
+        metavar = "N|LO,HI"
+    return click.option(
+        p.flag,
+        p.dest,
+        type=kind,
+        multiple=True,
+        callback=_once,
+        metavar=metavar,
+        help=_param_help(p),
     )
 
 
@@ -412,16 +499,11 @@ def _positive_float(min_open: bool = True) -> click.FloatRange:
     return click.FloatRange(min=0.0, min_open=min_open)
 
 
-_WORKLOAD_OPTIONS: tuple[Callable[[Callable[..., Any]], Callable[..., Any]], ...] = (
-    click.option("--trace", metavar="PATH", help="Trace file to replay (default: a generator)."),
-    click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(FORMAT_CHOICES),
-        default="auto",
-        show_default=True,
-        help="Trace format.",
-    ),
+_Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+#: ``--block-size``, ``--generator`` and every generator parameter (replay, compare and
+#: generate).
+_GENERATOR_OPTIONS: tuple[_Decorator, ...] = (
     click.option(
         "--block-size",
         type=click.IntRange(min=1),
@@ -431,81 +513,28 @@ _WORKLOAD_OPTIONS: tuple[Callable[[Callable[..., Any]], Callable[..., Any]], ...
     click.option(
         "--generator",
         type=click.Choice(GENERATORS),
-        help="Built-in workload when no --trace is given: agentic (multi-turn agent sessions) "
-        "or gsp (SGLang generated-shared-prefix). [default: agentic, or gsp when a --gsp-* "
-        "option is given]",
+        callback=_once,
+        multiple=True,
+        help="Built-in workload when no --trace is given: agentic (multi-turn agent sessions), "
+        "seed (agentic with the seed system's traffic mix; --agentic-* options override its "
+        "values) or gsp (SGLang generated-shared-prefix). [default: the --config file's "
+        "[workload] generator, else agentic, or gsp when a --gsp-* option is given]",
     ),
+    *(_param_option(p) for p in AGENTIC_PARAMS if p.cli),
+    *(_param_option(p) for p in GSP_PARAMS if p.cli),
+)
+
+_WORKLOAD_OPTIONS: tuple[_Decorator, ...] = (
+    click.option("--trace", metavar="PATH", help="Trace file to replay (default: a generator)."),
     click.option(
-        "--agentic-sessions",
-        type=click.IntRange(min=1),
-        help=_agentic_help("Agentic: number of sessions.", "num_sessions"),
+        "--format",
+        "fmt",
+        type=click.Choice(FORMAT_CHOICES),
+        default="auto",
+        show_default=True,
+        help="Trace format.",
     ),
-    click.option(
-        "--agentic-system-prompt-len",
-        type=click.IntRange(min=0),
-        help=_agentic_help("Agentic: shared system prompt tokens.", "system_prompt_len"),
-    ),
-    click.option(
-        "--agentic-session-rate",
-        type=_positive_float(),
-        help=_agentic_help("Agentic: session arrival rate (per second).", "session_arrival_rate"),
-    ),
-    click.option(
-        "--gsp-num-groups",
-        type=click.IntRange(min=1),
-        help=_gsp_help("GSP: system-prompt groups.", "num_groups"),
-    ),
-    click.option(
-        "--gsp-prompts-per-group",
-        type=click.IntRange(min=1),
-        help=_gsp_help("GSP: requests per group.", "prompts_per_group"),
-    ),
-    click.option(
-        "--gsp-system-prompt-len",
-        type=click.IntRange(min=0),
-        help=_gsp_help("GSP: system prompt tokens.", "system_prompt_len"),
-    ),
-    click.option(
-        "--gsp-question-len",
-        type=click.IntRange(min=1),
-        help=_gsp_help("GSP: question tokens.", "question_len"),
-    ),
-    click.option(
-        "--gsp-output-len",
-        type=click.IntRange(min=0),
-        help=_gsp_help("GSP: output tokens.", "output_len"),
-    ),
-    click.option(
-        "--gsp-range-ratio",
-        type=click.FloatRange(min=0.0, max=1.0, min_open=True),
-        help=_gsp_help("GSP: lengths drawn from [len x ratio, len].", "range_ratio"),
-    ),
-    click.option(
-        "--gsp-num-turns",
-        type=click.IntRange(min=1),
-        help=_gsp_help("GSP: turns per conversation.", "num_turns"),
-    ),
-    click.option(
-        "--gsp-request-rate",
-        type=_positive_float(),
-        help=_gsp_help("GSP: Poisson request rate (inf: all at once).", "request_rate"),
-    ),
-    click.option(
-        "--gsp-group-distribution",
-        type=click.Choice(["uniform", "zipf"]),
-        help=_gsp_help("GSP: how requests are spread over groups.", "group_distribution"),
-    ),
-    click.option(
-        "--gsp-zipf-alpha",
-        type=_positive_float(),
-        help=_gsp_help("GSP: Zipf exponent (with zipf).", "zipf_alpha"),
-    ),
-    click.option(
-        "--gsp-ordered",
-        is_flag=True,
-        default=False,
-        help="GSP: keep requests in group order (no shuffle).",
-    ),
+    *_GENERATOR_OPTIONS,
     click.option(
         "--time-scale",
         type=_positive_float(),
@@ -882,6 +911,75 @@ def report_cmd(run_dir: str, output: str | None) -> None:
     browser, with no server and no network. Prints the page's path.
     """
     click.echo(str(write_dir_report(run_dir, output)))
+
+
+GENERATE_HELP = """Write a built-in workload as a prefillkit JSONL trace.
+
+Runs the generator chosen as for replay (--generator, the --agentic-* / --gsp-* options,
+the [workload] table of --config) with the seed of --seed, else of the --config file,
+else 0, and writes its requests to FILE.jsonl in prefillkit's own format (arrival_s,
+output_len and hash_ids / block_size / input_len, or tokens for gsp), atomically. `replay
+--trace FILE.jsonl` then replays exactly the requests `replay` generates with the same
+options and seed; `trace-stats FILE.jsonl` reports their ideal hit rate.
+
+\b
+Example: the seed system's traffic mix at 0.3 sessions/s
+  prefillkit generate --generator seed --agentic-session-rate 0.3 -o seed.jsonl
+"""
+
+
+def _generate_seed(config_path: str | None, seed: int | None) -> int:
+    """``--seed``, else the seed of the ``--config`` file, else the Config default."""
+    try:
+        cfg, _ = build_config(config_path, [] if seed is None else ["--seed", str(seed)])
+    except ConfigError as exc:
+        raise InputError(str(exc)) from None
+    return cfg.seed
+
+
+def generator_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--block-size``, ``--generator`` and the generator parameter options, in order."""
+    for option in reversed(_GENERATOR_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+@cli.command("generate", help=GENERATE_HELP, context_settings=CONTEXT_SETTINGS)
+@generator_options
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE.toml",
+    help="Its [workload] table chooses the workload (flags override it) and its seed setting "
+    "the seed.",
+)
+@click.option("--seed", type=int, help="Random seed [default: the config's, 0].")
+@click.option(
+    "-o", "--output", required=True, metavar="FILE.jsonl", help="Where to write the trace."
+)
+@click.option("-q", "--quiet", is_flag=True, help="No note on stderr.")
+@click.pass_context
+def generate_cmd(ctx: click.Context, /, **params: Any) -> None:
+    seed = _generate_seed(params["config_path"], params["seed"])
+    generator, args, labels = _generator_args(ctx, params)
+    spec = WorkloadSpec(
+        block_size=params["block_size"],
+        generator=generator,
+        generator_args=args,
+        arg_labels=labels,
+    )
+    records, _ = generate_records(spec, seed)
+    output: str = params["output"]
+    try:
+        write_trace_jsonl(records, output)
+    except OSError as exc:
+        raise InputError(f"--output {output}: cannot write: {_os_reason(exc)}") from None
+    if not params["quiet"]:
+        stats = trace_stats(records)
+        echo_err(
+            f"wrote {len(records):,} requests to {output} (generator {generator}, seed {seed}; "
+            f"span {stats.span_s:,.1f} s; ideal hit rate {_fmt_pct(stats.block_hit_rate)})"
+        )
 
 
 @cli.command("trace-stats", context_settings=CONTEXT_SETTINGS)

@@ -15,24 +15,34 @@ value that is neither a config field nor a trace problem).
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import re
+import secrets
 import signal
 import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from prefillkit.cache import KVPool, PrefixCache
-from prefillkit.config import Config, parse_flags
+from prefillkit.config import Config, ConfigError, parse_flags
 from prefillkit.request import Request
 from prefillkit.sim.engine import Engine, SimResult, key_tokens_of
 from prefillkit.workloads.errors import WorkloadError
-from prefillkit.workloads.generators import generated_shared_prefix, multi_turn_agentic
+from prefillkit.workloads.generators import (
+    SEED_AGENTIC,
+    generated_shared_prefix,
+    merge_agentic_args,
+    multi_turn_agentic,
+)
+from prefillkit.workloads.jsonl import record_to_json
 from prefillkit.workloads.record import TraceRecord, to_request
 from prefillkit.workloads.replay import (
     FORMATS,
@@ -51,11 +61,13 @@ __all__ = [
     "WorkloadSpec",
     "build_config",
     "deployment_defaults",
+    "generate_records",
     "load_requests",
     "lru_hit_rate",
     "make_replay_options",
     "run_replay",
     "stop_on_sigint",
+    "write_trace_jsonl",
 ]
 
 #: The deployment ``prefillkit replay`` simulates unless told otherwise: GLM-5 on 8×H200,
@@ -67,8 +79,9 @@ DEFAULT_DEPLOYMENT: dict[str, object] = {
     "enable_hierarchical_cache": True,
 }
 
-#: Built-in workload generators (used when no trace file is given).
-GENERATORS: tuple[str, ...] = ("agentic", "gsp")
+#: Built-in workload generators (used when no trace file is given): ``seed`` is
+#: ``agentic`` with the seed system's traffic mix (``generators.SEED_AGENTIC``).
+GENERATORS: tuple[str, ...] = ("agentic", "seed", "gsp")
 
 
 class InputError(ValueError):
@@ -92,6 +105,21 @@ def _toml_table(path: str | Path) -> dict[str, object]:
     if not isinstance(table, dict):
         return {}
     return {str(k).replace("-", "_"): v for k, v in table.items()}
+
+
+def _check_workload_layout(path: str | Path) -> None:
+    """A config file with a ``[workload]`` table must keep its settings in a
+    ``[prefillkit]`` table (else the config reader takes ``workload`` for a setting).
+    Unreadable files are left for ``Config.from_sources`` to report."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(data.get("workload"), dict) and "prefillkit" not in data:
+        raise ConfigError(
+            f"{path}: a file with a [workload] table keeps its config settings in a "
+            "[prefillkit] table (an empty one is fine)"
+        )
 
 
 def deployment_defaults(given: Mapping[str, object]) -> dict[str, object]:
@@ -136,6 +164,8 @@ def build_config(
     TOML file, the flags. Raises ``ConfigError`` (one line, names the flag or key).
     """
     parsed = parse_flags(list(flag_args))
+    if config_path is not None:
+        _check_workload_layout(config_path)
     file_values = _toml_table(config_path) if config_path is not None else {}
     overrides: dict[str, object] = {}
     if use_deployment_defaults:
@@ -156,9 +186,12 @@ class WorkloadSpec:
     """What to replay: a trace file (``trace``) or else a built-in generator.
 
     ``generator_args`` are keyword arguments of the generator function
-    (``multi_turn_agentic`` for ``"agentic"``, ``generated_shared_prefix`` for ``"gsp"``);
-    the seed always comes from the config. ``block_size`` overrides a trace's block size
-    (Mooncake / Bailian) or the agentic generator's.
+    (``multi_turn_agentic`` for ``"agentic"``; for ``"seed"`` they override
+    ``SEED_AGENTIC``, merged by ``merge_agentic_args``; ``generated_shared_prefix`` for
+    ``"gsp"``); the seed always comes from the config. ``block_size`` overrides a trace's
+    block size (Mooncake / Bailian) or the agentic generator's. ``arg_labels`` name where
+    each argument came from (``--agentic-turns``, ``FILE: [workload] turns_per_session``)
+    so a generator's error names the user's flag or key.
     """
 
     trace: str | None = None
@@ -167,6 +200,7 @@ class WorkloadSpec:
     generator: str = "agentic"
     generator_args: Mapping[str, Any] = field(default_factory=dict)
     replay: ReplayOptions = field(default_factory=ReplayOptions)
+    arg_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -238,26 +272,73 @@ def _replay_info(opts: ReplayOptions) -> dict[str, Any]:
     }
 
 
-def _generate(spec: WorkloadSpec, seed: int) -> tuple[list[TraceRecord], dict[str, Any]]:
+def _generator_call(spec: WorkloadSpec) -> tuple[Callable[..., list[TraceRecord]], dict[str, Any]]:
+    """The generator function of ``spec`` and its full keyword arguments (but the seed)."""
     args = dict(spec.generator_args)
-    if spec.generator == "agentic":
+    if spec.generator in ("agentic", "seed"):
+        if spec.generator == "seed":
+            args = merge_agentic_args(SEED_AGENTIC, args)
         if spec.block_size is not None:
             args["block_size"] = spec.block_size
-        fn: Callable[..., list[TraceRecord]] = multi_turn_agentic
-    elif spec.generator == "gsp":
+        return multi_turn_agentic, args
+    if spec.generator == "gsp":
         if spec.block_size is not None:
             raise InputError("--block-size does not apply to --generator gsp (token prompts)")
-        fn = generated_shared_prefix
-    else:
-        raise InputError(
-            f"--generator: unknown generator {spec.generator!r}; expected one of "
-            f"{', '.join(GENERATORS)}"
-        )
+        return generated_shared_prefix, args
+    raise InputError(
+        f"--generator: unknown generator {spec.generator!r}; expected one of "
+        f"{', '.join(GENERATORS)}"
+    )
+
+
+def _name_sources(message: str, spec: WorkloadSpec) -> str:
+    """A generator's error with its parameter names replaced by the user's flags or
+    config keys; prefixed with ``--generator NAME:`` when none was named."""
+    labels = dict(spec.arg_labels)
+    if spec.block_size is not None:
+        labels["block_size"] = "--block-size"
+    text = " ".join(message.split())
+    if labels:
+        pattern = r"\b(" + "|".join(map(re.escape, sorted(labels, key=len, reverse=True))) + r")\b"
+        text, hits = re.subn(pattern, lambda m: labels[m.group(1)], text)
+        if hits:
+            return text
+    return f"--generator {spec.generator}: {text}"
+
+
+def generate_records(spec: WorkloadSpec, seed: int) -> tuple[list[TraceRecord], dict[str, Any]]:
+    """Run ``spec``'s generator: ``(records sorted by arrival, JSON-ready description)``.
+
+    Raises ``InputError`` naming the flag or config key at fault.
+    """
+    fn, args = _generator_call(spec)
     try:
         records = fn(**args, seed=seed)
     except (TypeError, ValueError) as exc:
-        raise InputError(f"--generator {spec.generator}: {' '.join(str(exc).split())}") from None
+        raise InputError(_name_sources(str(exc), spec)) from None
     return records, {"generator": spec.generator, **args, "seed": seed}
+
+
+def write_trace_jsonl(records: Sequence[TraceRecord], path: str | Path) -> None:
+    """Write ``records`` in prefillkit's JSONL trace format (``workloads/jsonl.py``),
+    atomically: into a temporary file beside ``path``, then renamed over it.
+
+    ``OSError`` propagates (the temporary file is removed).
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8", newline="\n") as fh:
+            for rec in records:
+                fh.write(json.dumps(record_to_json(rec), separators=(",", ":")))
+                fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def load_requests(spec: WorkloadSpec, cfg: Config) -> Workload:
@@ -287,7 +368,7 @@ def load_requests(spec: WorkloadSpec, cfg: Config) -> Workload:
             "block_size": spec.block_size,
         }
     else:
-        generated, gen_info = _generate(spec, cfg.seed)
+        generated, gen_info = generate_records(spec, cfg.seed)
         records = replay_records(generated, opts)
         if not records:
             raise InputError("the generated workload has no requests in the selected window")

@@ -4,21 +4,35 @@
   generated-shared-prefix`` semantics, with token ids.
 - ``multi_turn_agentic``: agent sessions whose context grows turn by turn, with
   chain-consistent block hash ids.
+- ``seed_agentic``: ``multi_turn_agentic`` with :data:`SEED_AGENTIC`, the traffic mix of
+  the seed system's production replay (per-session system prompts, 32-128 K contexts,
+  10-30 turns, cold first turns of 16.6-32 K tokens).
 
-Both return ``TraceRecord`` lists sorted by arrival; the same arguments and seed always
+All return ``TraceRecord`` lists sorted by arrival; the same arguments and seed always
 give identical records.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from itertools import count
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
 from prefillkit.workloads.record import TraceRecord
 
-__all__ = ["generated_shared_prefix", "multi_turn_agentic"]
+__all__ = [
+    "SEED_AGENTIC",
+    "SYSTEM_PROMPT_CHOICE",
+    "generated_shared_prefix",
+    "merge_agentic_args",
+    "multi_turn_agentic",
+    "seed_agentic",
+]
 
 
 def _draw_len(rng: np.random.Generator, full: int, range_ratio: float) -> int:
@@ -136,36 +150,183 @@ def generated_shared_prefix(
     return records
 
 
+IntRange = tuple[int, int]
+FloatRange = tuple[float, float]
+
+
 def _check_range(name: str, r: tuple[float, float], low: float) -> None:
     if len(r) != 2 or not (low <= r[0] <= r[1]):
         raise ValueError(f"{name} must be (lo, hi) with {low} <= lo <= hi, got {r}")
 
 
+def _as_range(value: int | IntRange) -> IntRange:
+    """An int ``n`` as the range ``(n, n)``; a range as itself."""
+    if isinstance(value, int):
+        return (value, value)
+    if len(value) != 2:
+        raise ValueError(f"system_prompt_len must be an integer or (lo, hi), got {value}")
+    return (value[0], value[1])
+
+
+def _check_positive(name: str, value: float | None, *, strict: bool = True) -> None:
+    if value is None:
+        return
+    ok = value > 0 if strict else value >= 0
+    if not ok:
+        raise ValueError(f"{name} must be {'> 0' if strict else '>= 0'}, got {value}")
+
+
+def _check_agentic(
+    num_sessions: int,
+    ranges: dict[str, tuple[tuple[float, float], float]],
+    num_system_prompts: int | None,
+    sessions_per_system_prompt: int | None,
+    positives: dict[str, float | None],
+) -> None:
+    """Every argument check of :func:`multi_turn_agentic`; each message starts with the
+    parameter's name."""
+    if num_sessions < 1:
+        raise ValueError(f"num_sessions must be >= 1, got {num_sessions}")
+    for name, (r, low) in ranges.items():
+        _check_range(name, r, low)
+    if num_system_prompts is not None and sessions_per_system_prompt is not None:
+        raise ValueError(
+            "num_system_prompts and sessions_per_system_prompt: give one of them, not both"
+        )
+    for name, count_ in (
+        ("num_system_prompts", num_system_prompts),
+        ("sessions_per_system_prompt", sessions_per_system_prompt),
+    ):
+        if count_ is not None and count_ < 1:
+            raise ValueError(f"{name} must be >= 1, got {count_}")
+    for name, value in positives.items():
+        _check_positive(name, value)
+
+
+def _system_prompts(
+    rng: np.random.Generator,
+    fresh: Iterator[int],
+    count_: int,
+    length: IntRange,
+    block_size: int,
+) -> list[tuple[int, list[int]]]:
+    """``count_`` system prompts as ``(length, ids of its complete blocks)``.
+
+    A fixed length (``lo == hi``) draws nothing from ``rng``."""
+    if length[0] == length[1]:
+        lens = [length[0]] * count_
+    else:
+        lens = rng.integers(length[0], length[1] + 1, size=count_).tolist()
+    return [(n, [next(fresh) for _ in range(n // block_size)]) for n in lens]
+
+
+def _prompt_index(session: int, num_system_prompts: int, per_prompt: int | None) -> int:
+    """Which system prompt a session uses: round robin over ``num_system_prompts``, or
+    consecutive groups of ``per_prompt`` sessions."""
+    return session % num_system_prompts if per_prompt is None else session // per_prompt
+
+
+@dataclass(frozen=True, slots=True)
+class _Turns:
+    """Per-session drawing parameters of :func:`multi_turn_agentic`."""
+
+    turns: IntRange
+    first_user: IntRange
+    append: IntRange
+    output: IntRange
+    think: FloatRange
+    max_prompt_len: int | None
+    block_size: int
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+
+
+def _session(
+    rng: np.random.Generator,
+    fresh: Iterator[int],
+    s: int,
+    start: float,
+    system: tuple[int, list[int]],
+    p: _Turns,
+) -> list[TraceRecord]:
+    """The turns of session ``s`` (see :func:`multi_turn_agentic`)."""
+
+    def ri(r: IntRange) -> int:
+        return int(rng.integers(r[0], r[1] + 1))
+
+    bs = p.block_size
+    n_turns = ri(p.turns)
+    ctx_len, sys_ids = system
+    ctx_ids = list(sys_ids)  # ids of the context's complete blocks (prompt + outputs)
+    t = start
+    new_tokens = ri(p.first_user)
+    out_records: list[TraceRecord] = []
+    for k in range(n_turns):
+        prompt_len = ctx_len + new_tokens
+        if k > 0 and p.max_prompt_len is not None and prompt_len > p.max_prompt_len:
+            break  # the context window is full: the session ends here
+        n_full = prompt_len // bs
+        while len(ctx_ids) < n_full:
+            ctx_ids.append(next(fresh))
+        hash_ids = ctx_ids[:n_full]
+        if prompt_len % bs:
+            hash_ids = [*hash_ids, next(fresh)]  # partial tail: new content
+        out = ri(p.output)
+        out_records.append(
+            TraceRecord(
+                rid=f"agent-s{s}-t{k}",
+                arrival_s=float(t),
+                input_len=prompt_len,
+                output_len=out,
+                hash_ids=tuple(hash_ids),
+                block_size=bs,
+                tokens=None,
+            )
+        )
+        # The output joins the context; the next turn appends more.
+        ctx_len = prompt_len + out
+        while len(ctx_ids) < ctx_len // bs:
+            ctx_ids.append(next(fresh))
+        service = new_tokens / p.prefill_tokens_per_s + out / p.decode_tokens_per_s
+        t += service + float(rng.uniform(p.think[0], p.think[1]))
+        new_tokens = ri(p.append)
+    return out_records
+
+
 def multi_turn_agentic(
     num_sessions: int = 64,
-    turns_per_session: tuple[int, int] = (4, 12),
-    system_prompt_len: int = 8192,
-    num_system_prompts: int = 1,
-    first_user_len: tuple[int, int] = (256, 2048),
-    turn_append_len: tuple[int, int] = (128, 1024),
-    output_len: tuple[int, int] = (64, 512),
-    think_time_s: tuple[float, float] = (1.0, 10.0),
+    turns_per_session: IntRange = (4, 12),
+    system_prompt_len: int | IntRange = 8192,
+    num_system_prompts: int | None = None,
+    first_user_len: IntRange = (256, 2048),
+    turn_append_len: IntRange = (128, 1024),
+    output_len: IntRange = (64, 512),
+    think_time_s: FloatRange = (1.0, 10.0),
     session_arrival_rate: float = 2.0,
     block_size: int = 64,
     seed: int = 0,
     prefill_tokens_per_s: float = 10_000.0,
     decode_tokens_per_s: float = 50.0,
+    sessions_per_system_prompt: int | None = None,
+    max_prompt_len: int | None = None,
 ) -> list[TraceRecord]:
     """Agentic multi-turn sessions whose context grows turn by turn.
 
     Sessions start as a Poisson process at ``session_arrival_rate`` (the first at 0) and
     have a number of turns drawn from ``turns_per_session`` (inclusive). Turn 1's prompt
-    is a system prompt (``system_prompt_len`` tokens, shared by all sessions, or by
-    ``num_system_prompts`` groups assigned round robin) plus a user message
-    (``first_user_len``). Turn ``k + 1``'s prompt is turn ``k``'s prompt + turn ``k``'s
-    output (``output_len``) + an append (``turn_append_len``: tool output or user text),
-    so it has the whole previous context as a prefix. Integer ranges are inclusive and
-    drawn uniformly.
+    is a system prompt plus a user message (``first_user_len``). System prompts: one
+    shared by all sessions (the default), ``num_system_prompts`` assigned round robin
+    (session ``s`` uses prompt ``s % num_system_prompts``), or, with
+    ``sessions_per_system_prompt = g``, one per group of ``g`` consecutive sessions
+    (session ``s`` uses prompt ``s // g``; ``g = 1``: every session has its own; give
+    this or ``num_system_prompts``, not both). A system prompt has ``system_prompt_len``
+    tokens, or, given a range ``(lo, hi)``, a length drawn once per prompt. Turn
+    ``k + 1``'s prompt is turn ``k``'s prompt + turn ``k``'s output (``output_len``) + an
+    append (``turn_append_len``: tool output or user text), so it has the whole previous
+    context as a prefix. With ``max_prompt_len`` a session ends before a later turn whose
+    prompt would be longer (its context window is full; turn 1 is always kept), so
+    ``turns_per_session`` is then an upper bound. Integer ranges are inclusive and drawn
+    uniformly.
 
     Turn ``k + 1`` arrives at turn ``k``'s arrival + a nominal service time
     (``new prompt tokens / prefill_tokens_per_s + output / decode_tokens_per_s``) + a think
@@ -173,73 +334,121 @@ def multi_turn_agentic(
 
     Prompts are described by chain-consistent block hash ids (``block_size`` tokens per
     block): every new block content gets a fresh integer; a session's turn reuses the ids
-    of its context's complete blocks, and complete system-prompt blocks are shared. A
-    partial block (the prompt's tail, or a block straddling the system prompt and the
-    user message) is new content each time and gets a fresh id. Records are sorted by
-    arrival (ties keep session order).
+    of its context's complete blocks, and complete system-prompt blocks are shared by the
+    sessions using that prompt. A partial block (the prompt's tail, or a block straddling
+    the system prompt and the user message) is new content each time and gets a fresh
+    id. Records are sorted by arrival (ties keep session order).
 
     Hit rate: by the traces README rule (a block hits iff its prefix appeared in an
-    earlier request's prompt) each later turn misses the blocks holding the previous
-    output and the append, plus the re-opened partial tail block. With the defaults the
-    ideal block-level hit rate is about 92 % (about 89 % with a 4,096-token system
-    prompt).
+    earlier request's prompt) turn 1 hits only the complete blocks of its system prompt,
+    and only when a session that started earlier uses the same prompt (never when every
+    session has its own); each later turn misses the blocks holding the previous output
+    and the append, plus the re-opened partial tail block. With the defaults the ideal
+    block-level hit rate is about 92 % (about 89 % with a 4,096-token system prompt);
+    :data:`SEED_AGENTIC` gives 92.08 % (seed 0).
     """
-    if num_sessions < 1:
-        raise ValueError("num_sessions must be >= 1")
-    _check_range("turns_per_session", turns_per_session, 1)
-    _check_range("first_user_len", first_user_len, 1)
-    _check_range("turn_append_len", turn_append_len, 1)
-    _check_range("output_len", output_len, 0)
-    _check_range("think_time_s", think_time_s, 0.0)
-    if system_prompt_len < 0 or num_system_prompts < 1 or block_size < 1:
-        raise ValueError("need system_prompt_len >= 0, num_system_prompts >= 1, block_size >= 1")
-    if not session_arrival_rate > 0 or not prefill_tokens_per_s > 0:
-        raise ValueError("session_arrival_rate and prefill_tokens_per_s must be > 0")
-    if not decode_tokens_per_s > 0:
-        raise ValueError("decode_tokens_per_s must be > 0")
-
+    sys_range = _as_range(system_prompt_len)
+    _check_agentic(
+        num_sessions,
+        {
+            "turns_per_session": (turns_per_session, 1),
+            "system_prompt_len": (sys_range, 0),
+            "first_user_len": (first_user_len, 1),
+            "turn_append_len": (turn_append_len, 1),
+            "output_len": (output_len, 0),
+            "think_time_s": (think_time_s, 0.0),
+        },
+        num_system_prompts,
+        sessions_per_system_prompt,
+        {
+            "block_size": block_size,
+            "session_arrival_rate": session_arrival_rate,
+            "prefill_tokens_per_s": prefill_tokens_per_s,
+            "decode_tokens_per_s": decode_tokens_per_s,
+            "max_prompt_len": max_prompt_len,
+        },
+    )
+    per_prompt = sessions_per_system_prompt
+    if per_prompt is not None:
+        n_prompts = -(-num_sessions // per_prompt)
+    else:
+        n_prompts = 1 if num_system_prompts is None else num_system_prompts
     rng = np.random.default_rng(seed)
     fresh = count()
-    n_sys_blocks = system_prompt_len // block_size
-    sys_ids = [[next(fresh) for _ in range(n_sys_blocks)] for _ in range(num_system_prompts)]
+    systems = _system_prompts(rng, fresh, n_prompts, sys_range, block_size)
     starts = _poisson_arrivals(rng, num_sessions, session_arrival_rate)
-
-    def ri(r: tuple[int, int]) -> int:
-        return int(rng.integers(r[0], r[1] + 1))
-
+    params = _Turns(
+        turns=turns_per_session,
+        first_user=first_user_len,
+        append=turn_append_len,
+        output=output_len,
+        think=think_time_s,
+        max_prompt_len=max_prompt_len,
+        block_size=block_size,
+        prefill_tokens_per_s=prefill_tokens_per_s,
+        decode_tokens_per_s=decode_tokens_per_s,
+    )
     rows: list[tuple[float, int, int, TraceRecord]] = []
     for s in range(num_sessions):
-        n_turns = ri(turns_per_session)
-        # Ids of the complete blocks of the session's context (prompt + outputs so far).
-        ctx_ids = list(sys_ids[s % num_system_prompts])
-        ctx_len = system_prompt_len
-        t = starts[s]
-        new_tokens = ri(first_user_len)
-        for k in range(n_turns):
-            prompt_len = ctx_len + new_tokens
-            n_full = prompt_len // block_size
-            while len(ctx_ids) < n_full:
-                ctx_ids.append(next(fresh))
-            hash_ids = ctx_ids[:n_full]
-            if prompt_len % block_size:
-                hash_ids = [*hash_ids, next(fresh)]  # partial tail: new content
-            out = ri(output_len)
-            rec = TraceRecord(
-                rid=f"agent-s{s}-t{k}",
-                arrival_s=float(t),
-                input_len=prompt_len,
-                output_len=out,
-                hash_ids=tuple(hash_ids),
-                block_size=block_size,
-                tokens=None,
-            )
+        system = systems[_prompt_index(s, n_prompts, per_prompt)]
+        for k, rec in enumerate(_session(rng, fresh, s, starts[s], system, params)):
             rows.append((rec.arrival_s, s, k, rec))
-            # The output joins the context; the next turn appends more.
-            ctx_len = prompt_len + out
-            while len(ctx_ids) < ctx_len // block_size:
-                ctx_ids.append(next(fresh))
-            service = new_tokens / prefill_tokens_per_s + out / decode_tokens_per_s
-            t += service + float(rng.uniform(think_time_s[0], think_time_s[1]))
-            new_tokens = ri(turn_append_len)
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
     return [r[3] for r in rows]
+
+
+#: The seed system's traffic mix (a production replay at 91.8 % cache hit):
+#: ``multi_turn_agentic`` arguments. Every session has its own system prompt of 8-16 K
+#: tokens; turn 1 adds 8.25-16 K user tokens, so every cold first turn has 16,640-32,768
+#: tokens and is chunked at ``--chunked-prefill-size 16384``; 10-30 turns each add a
+#: 128-1,024-token output and a 1-6 K append, until the next prompt would pass 128 K
+#: (131,072) tokens. Last prompts reach about 50-131 K tokens (median about 104 K).
+#: Ideal hit rate (infinite cache; block level 92.08 %, token weighted 92.13 % for seed 0;
+#: 91.9-92.1 % over seeds 0-3): with 10-30 turns, first turns of at least 16 K and
+#: contexts capped at 128 K it cannot go much below 91 %, as each session misses about its
+#: whole last context once. 300 sessions at 0.15 sessions/s: 5,849 requests over about 44
+#: simulated minutes (seed 0), generated in about 0.15 s; set the load with
+#: ``session_arrival_rate`` (``--agentic-session-rate``).
+SEED_AGENTIC: Mapping[str, Any] = MappingProxyType(
+    {
+        "num_sessions": 300,
+        "turns_per_session": (10, 30),
+        "system_prompt_len": (8192, 16384),
+        "sessions_per_system_prompt": 1,
+        "first_user_len": (8448, 16384),
+        "turn_append_len": (1024, 6144),
+        "output_len": (128, 1024),
+        "think_time_s": (1.0, 10.0),
+        "session_arrival_rate": 0.15,
+        "max_prompt_len": 131072,
+        "block_size": 64,
+    }
+)
+
+#: Arguments of ``multi_turn_agentic`` that choose the system-prompt sharing together:
+#: giving one of them replaces the other from an earlier layer (see
+#: :func:`merge_agentic_args`).
+SYSTEM_PROMPT_CHOICE: tuple[str, str] = ("num_system_prompts", "sessions_per_system_prompt")
+
+
+def merge_agentic_args(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` arguments of ``multi_turn_agentic`` with ``overrides`` on top.
+
+    ``num_system_prompts`` and ``sessions_per_system_prompt`` are one choice: an override
+    of either drops the other from ``base`` (overrides giving both are left for
+    ``multi_turn_agentic`` to refuse).
+    """
+    merged = dict(base)
+    for name in SYSTEM_PROMPT_CHOICE:
+        if name in overrides:
+            for other in SYSTEM_PROMPT_CHOICE:
+                if other not in overrides:
+                    merged.pop(other, None)
+    merged.update(overrides)
+    return merged
+
+
+def seed_agentic(**overrides: Any) -> list[TraceRecord]:
+    """``multi_turn_agentic`` with the seed's traffic mix (:data:`SEED_AGENTIC`), any
+    argument overridden (merged by :func:`merge_agentic_args`)."""
+    return multi_turn_agentic(**merge_agentic_args(SEED_AGENTIC, overrides))

@@ -1,0 +1,419 @@
+"""Generator parameters as options: their kinds, command-line parsing and the TOML table.
+
+Each built-in generator's keyword arguments are described once (:data:`GENERATOR_PARAMS`):
+the command-line option that sets it, the kind of value and its bounds. The same
+description parses a flag's text (:func:`parse_text`) and checks a value from a TOML
+``[workload]`` table (:func:`check_value`), so both give the same one-line errors.
+
+Ranges are written ``LO,HI`` on the command line (``--agentic-turns 10,30``; a single
+number ``N`` means ``N,N``) and ``[LO, HI]`` (or a single number) in TOML.
+
+The ``[workload]`` table (:func:`read_workload_table`) sits beside the ``[prefillkit]``
+table of a ``--config`` file: ``generator = "seed"`` (or ``agentic`` / ``gsp``; default
+``agentic``) plus any of that generator's parameters by keyword name (``_`` or ``-``)::
+
+    [prefillkit]
+    chunked_prefill_size = 16384
+
+    [workload]
+    generator = "seed"
+    session_arrival_rate = 0.3
+    turns_per_session = [10, 30]
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefillkit.workloads.generators import SYSTEM_PROMPT_CHOICE
+
+__all__ = [
+    "AGENTIC_PARAMS",
+    "GENERATOR_PARAMS",
+    "GSP_PARAMS",
+    "GenParam",
+    "WorkloadTable",
+    "WorkloadTableError",
+    "check_value",
+    "params_of",
+    "parse_text",
+    "read_workload_table",
+]
+
+#: Kinds of parameter value.
+KINDS = ("int", "float", "int_range", "float_range", "choice", "bool")
+
+
+@dataclass(frozen=True, slots=True)
+class GenParam:
+    """One generator keyword argument and the command-line option that sets it.
+
+    ``low`` is the smallest allowed value (both ends of a range); ``strict``: ``low``
+    itself is not allowed; ``high``: the largest allowed value (None: unbounded).
+    ``nullable``: the value may be unset (``none`` on the command line). ``allow_inf``:
+    a float may be ``inf``. ``cli``: the parameter has its own option (``block_size``
+    is set by the shared ``--block-size``).
+    """
+
+    name: str
+    flag: str
+    kind: str
+    help: str
+    low: float = 0
+    strict: bool = False
+    high: float | None = None
+    nullable: bool = False
+    allow_inf: bool = False
+    choices: tuple[str, ...] = ()
+    cli: bool = True  # False: set by a shared option (--block-size), not its own flag
+
+    @property
+    def dest(self) -> str:
+        """The click parameter name of :attr:`flag`."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+def _agentic(name: str, flag: str, kind: str, help: str, **kw: Any) -> GenParam:
+    return GenParam(name, f"--agentic-{flag}", kind, f"Agentic: {help}", **kw)
+
+
+AGENTIC_PARAMS: tuple[GenParam, ...] = (
+    _agentic("num_sessions", "sessions", "int", "number of sessions.", low=1),
+    _agentic("turns_per_session", "turns", "int_range", "turns per session, LO,HI.", low=1),
+    _agentic(
+        "system_prompt_len",
+        "system-prompt-len",
+        "int_range",
+        "system prompt tokens, N or LO,HI (a length drawn per prompt).",
+    ),
+    _agentic(
+        "num_system_prompts",
+        "system-prompts",
+        "int",
+        "distinct system prompts, assigned to sessions round robin (none: one shared "
+        "by all, unless --agentic-sessions-per-system-prompt).",
+        low=1,
+        nullable=True,
+    ),
+    _agentic(
+        "sessions_per_system_prompt",
+        "sessions-per-system-prompt",
+        "int",
+        "sessions sharing one system prompt (consecutive groups; 1 = one per session).",
+        low=1,
+        nullable=True,
+    ),
+    _agentic("first_user_len", "first-user-len", "int_range", "turn-1 user tokens, LO,HI.", low=1),
+    _agentic(
+        "turn_append_len",
+        "turn-append-len",
+        "int_range",
+        "tokens appended per later turn (tool output / user text), LO,HI.",
+        low=1,
+    ),
+    _agentic("output_len", "output-len", "int_range", "output tokens per turn, LO,HI."),
+    _agentic("think_time_s", "think-time", "float_range", "seconds between turns, LO,HI."),
+    _agentic(
+        "session_arrival_rate",
+        "session-rate",
+        "float",
+        "session arrival rate (per second).",
+        strict=True,
+        allow_inf=True,
+    ),
+    _agentic(
+        "max_prompt_len",
+        "max-prompt-len",
+        "int",
+        "a session ends before a turn whose prompt would be longer ('none': no limit).",
+        low=1,
+        nullable=True,
+    ),
+    _agentic(
+        "prefill_tokens_per_s",
+        "prefill-tokens-per-s",
+        "float",
+        "nominal prefill speed for turn spacing (tokens/s).",
+        strict=True,
+    ),
+    _agentic(
+        "decode_tokens_per_s",
+        "decode-tokens-per-s",
+        "float",
+        "nominal decode speed for turn spacing (tokens/s).",
+        strict=True,
+    ),
+    GenParam(
+        "block_size",
+        "--block-size",
+        "int",
+        "Tokens per hash block.",
+        low=1,
+        cli=False,
+    ),
+)
+
+
+def _gsp(name: str, flag: str, kind: str, help: str, **kw: Any) -> GenParam:
+    return GenParam(name, f"--gsp-{flag}", kind, f"GSP: {help}", **kw)
+
+
+GSP_PARAMS: tuple[GenParam, ...] = (
+    _gsp("num_groups", "num-groups", "int", "system-prompt groups.", low=1),
+    _gsp("prompts_per_group", "prompts-per-group", "int", "requests per group.", low=1),
+    _gsp("system_prompt_len", "system-prompt-len", "int", "system prompt tokens."),
+    _gsp("question_len", "question-len", "int", "question tokens.", low=1),
+    _gsp("output_len", "output-len", "int", "output tokens."),
+    _gsp(
+        "range_ratio",
+        "range-ratio",
+        "float",
+        "lengths drawn from [len x ratio, len].",
+        strict=True,
+        high=1.0,
+    ),
+    _gsp("num_turns", "num-turns", "int", "turns per conversation.", low=1),
+    _gsp(
+        "request_rate",
+        "request-rate",
+        "float",
+        "Poisson request rate (inf: all at once).",
+        strict=True,
+        allow_inf=True,
+    ),
+    _gsp(
+        "group_distribution",
+        "group-distribution",
+        "choice",
+        "how requests are spread over groups.",
+        choices=("uniform", "zipf"),
+    ),
+    _gsp("zipf_alpha", "zipf-alpha", "float", "Zipf exponent (with zipf).", strict=True),
+    _gsp("ordered", "ordered", "bool", "keep requests in group order (no shuffle)."),
+)
+
+#: Generator name -> its parameters (``seed`` is ``agentic`` with preset values).
+GENERATOR_PARAMS: Mapping[str, tuple[GenParam, ...]] = {
+    "agentic": AGENTIC_PARAMS,
+    "seed": AGENTIC_PARAMS,
+    "gsp": GSP_PARAMS,
+}
+
+
+def params_of(generator: str) -> dict[str, GenParam]:
+    """``name -> GenParam`` of ``generator`` (a key of :data:`GENERATOR_PARAMS`)."""
+    return {p.name: p for p in GENERATOR_PARAMS[generator]}
+
+
+# --------------------------------------------------------------------------- values
+
+
+def _show(value: object) -> str:
+    """``value`` as TOML / JSON spells it (``true``, ``"x"``, ``[1, 2]``)."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _bound_text(p: GenParam) -> str:
+    low = f"> {p.low:g}" if p.strict else f">= {p.low:g}"
+    return low if p.high is None else f"{low} and <= {p.high:g}"
+
+
+def _check_number(p: GenParam, x: float) -> None:
+    if math.isnan(x) or (math.isinf(x) and not (p.allow_inf and x > 0)):
+        raise ValueError(f"must be a finite number, got {x}")
+    too_low = x <= p.low if p.strict else x < p.low
+    if too_low or (p.high is not None and x > p.high):
+        raise ValueError(f"must be {_bound_text(p)}, got {x:g}")
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: object) -> bool:
+    return _is_int(v) or isinstance(v, float)
+
+
+def _check_pair(p: GenParam, lo: float, hi: float) -> None:
+    for x in (lo, hi):
+        _check_number(p, x)
+    if lo > hi:
+        raise ValueError(f"LO must be <= HI, got {lo:g},{hi:g}")
+
+
+def check_value(p: GenParam, value: object) -> Any:
+    """``value`` (a TOML value or a parsed flag) checked for ``p``; returns the value to
+    pass to the generator (a range as a tuple). Raises ``ValueError`` without the name."""
+    if value is None and p.nullable:
+        return None
+    if p.kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {_show(value)}")
+        return value
+    if p.kind == "choice":
+        if value not in p.choices:
+            raise ValueError(f"expected one of {', '.join(p.choices)}, got {_show(value)}")
+        return value
+    if p.kind in ("int_range", "float_range"):
+        return _check_range_value(p, value)
+    want_int = p.kind == "int"
+    if not (_is_int(value) if want_int else _is_number(value)):
+        raise ValueError(f"expected {'an integer' if want_int else 'a number'}, got {_show(value)}")
+    assert isinstance(value, (int, float))
+    _check_number(p, value)
+    return value if want_int else float(value)
+
+
+def _check_range_value(p: GenParam, value: object) -> tuple[Any, Any]:
+    is_ok = _is_int if p.kind == "int_range" else _is_number
+    what = "integers" if p.kind == "int_range" else "numbers"
+    if is_ok(value):
+        pair: list[Any] = [value, value]
+    elif isinstance(value, (list, tuple)) and len(value) == 2 and all(map(is_ok, value)):
+        pair = list(value)
+    else:
+        raise ValueError(f"expected LO,HI (two {what}) or one number, got {_show(value)}")
+    if p.kind == "float_range":
+        pair = [float(x) for x in pair]
+    _check_pair(p, pair[0], pair[1])
+    return (pair[0], pair[1])
+
+
+def _parse_number(p: GenParam, text: str, want_int: bool) -> int | float:
+    t = text.strip()
+    try:
+        return int(t) if want_int else float(t)
+    except ValueError:
+        what = "an integer" if want_int else "a number"
+        raise ValueError(f"expected {what}, got {text!r}") from None
+
+
+def parse_text(p: GenParam, text: str) -> Any:
+    """A command-line value of ``p`` (``LO,HI`` for ranges, ``none`` for nullable ones),
+    checked; raises ``ValueError`` without the option name."""
+    if p.nullable and text.strip().lower() in ("none", "null"):
+        return None
+    if p.kind in ("int_range", "float_range"):
+        want_int = p.kind == "int_range"
+        parts = text.split(",")
+        if len(parts) > 2 or not all(s.strip() for s in parts):
+            what = "integers" if want_int else "numbers"
+            raise ValueError(f"expected LO,HI (two {what}) or one number, got {text!r}")
+        nums = [_parse_number(p, s, want_int) for s in parts]
+        return check_value(p, nums[0] if len(nums) == 1 else nums)
+    if p.kind in ("int", "float"):
+        return check_value(p, _parse_number(p, text, p.kind == "int"))
+    if p.kind == "choice":
+        return check_value(p, text)
+    raise ValueError(f"{p.flag} takes no value")
+
+
+# --------------------------------------------------------------------------- TOML
+
+
+class WorkloadTableError(ValueError):
+    """A bad ``[workload]`` table (one line; names the file and the key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadTable:
+    """The ``[workload]`` table of a config file: a generator name (None when the table
+    does not give one) and its raw settings by keyword name."""
+
+    path: str
+    generator: str | None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def label(self, name: str) -> str:
+        """How an error names setting ``name``."""
+        return f"{self.path}: [workload] {name}"
+
+    def args_for(self, generator: str) -> dict[str, Any]:
+        """The settings checked as arguments of ``generator``; raises
+        ``WorkloadTableError`` for an unknown key, a bad value or conflicting keys."""
+        known = params_of(generator)
+        out: dict[str, Any] = {}
+        for name, value in self.settings.items():
+            if name not in known:
+                raise WorkloadTableError(self._unknown(name, generator, list(known)))
+            try:
+                out[name] = check_value(known[name], value)
+            except ValueError as exc:
+                raise WorkloadTableError(f"{self.label(name)}: {exc}") from None
+        both = [n for n in SYSTEM_PROMPT_CHOICE if out.get(n) is not None]
+        if len(both) == 2:
+            raise WorkloadTableError(
+                f"{self.path}: [workload]: give {both[0]} or {both[1]}, not both"
+            )
+        return out
+
+    def _unknown(self, name: str, generator: str, known: list[str]) -> str:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        if self.generator is not None and self.generator != generator:
+            hint += f" (the table is for generator {self.generator}; --generator replaced it)"
+        return f"{self.path}: [workload]: unknown key {name!r} for generator {generator}{hint}"
+
+
+def _load_toml(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadTableError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise WorkloadTableError(f"{path}: not valid UTF-8 text; save it as UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except ValueError as exc:
+        reason = " ".join(str(exc).split())
+        raise WorkloadTableError(f"{path}: invalid TOML: {reason}") from None
+
+
+def read_workload_table(path: str) -> WorkloadTable | None:
+    """The ``[workload]`` table of config file ``path``, or None when it has none.
+
+    The config settings of such a file must be in a ``[prefillkit]`` table (the config
+    reader takes top-level keys as settings otherwise). Raises ``WorkloadTableError``.
+    """
+    data = _load_toml(path)
+    if "workload" not in data:
+        return None
+    table = data["workload"]
+    if not isinstance(table, dict):
+        raise WorkloadTableError(f"{path}: 'workload' must be a table ([workload])")
+    if "prefillkit" not in data:
+        raise WorkloadTableError(
+            f"{path}: a file with a [workload] table keeps its config settings in a "
+            "[prefillkit] table (an empty one is fine)"
+        )
+    settings: dict[str, Any] = {}
+    generator: str | None = None
+    for key, value in table.items():
+        name = str(key).replace("-", "_")
+        if name in settings or (name == "generator" and generator is not None):
+            raise WorkloadTableError(f"{path}: [workload] {key!r} given twice ('-' and '_')")
+        if name == "generator":
+            if value not in GENERATOR_PARAMS:
+                raise WorkloadTableError(
+                    f"{path}: [workload] generator: expected one of "
+                    f"{', '.join(GENERATOR_PARAMS)}, got {_show(value)}"
+                )
+            generator = str(value)
+        elif name == "seed":
+            raise WorkloadTableError(
+                f"{path}: [workload] seed: the seed is a config setting (seed = N in "
+                "[prefillkit], or --seed)"
+            )
+        else:
+            settings[name] = value
+    return WorkloadTable(path=path, generator=generator, settings=settings)
