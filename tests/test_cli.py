@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -174,7 +175,10 @@ def test_mooncake_slice_writes_run_dir(mooncake_runs: tuple[Path, Path]) -> None
     assert sum(int(r[header.index("device_hit_tokens")]) for r in rows) > 0
 
     header, rows = read_csv(out / "batches.csv")
-    assert tuple(header) == BATCH_COLUMNS
+    fixed = len(BATCH_COLUMNS)
+    assert tuple(header[:fixed]) == BATCH_COLUMNS
+    # Then one t_<term>_s column per term of the cost model's breakdown.
+    assert header[fixed:] and all(re.fullmatch(r"t_\w+_s", c) for c in header[fixed:])
     assert len(rows) == metrics["num_batches"] > 0
     assert {r[header.index("has_chunked")] for r in rows} <= {"true", "false"}
 

@@ -24,6 +24,11 @@ TRACE = (
 class LinearCost:
     """forward = 0.5 s + 1 ms per extend token; no transfer time."""
 
+    breakdown_keys = ("total",)
+
+    def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
+        return {"total": self.forward_time(batch)}
+
     def forward_time(self, batch: Sequence[ReqShape]) -> float:
         return 0.5 + sum(s.extend_len for s in batch) / 1000 if batch else 0.0
 

@@ -32,6 +32,11 @@ ROOT = Path(__file__).resolve().parents[1]
 class LinearCost:
     """forward = 10 ms + 10 us per extend token; decode 5 ms; transfer 1 us per token."""
 
+    breakdown_keys = ("total",)
+
+    def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
+        return {"total": self.forward_time(batch)}
+
     def forward_time(self, batch: Sequence[ReqShape]) -> float:
         return 0.01 + sum(s.extend_len for s in batch) * 1e-5 if batch else 0.0
 

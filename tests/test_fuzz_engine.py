@@ -83,6 +83,11 @@ class LinearCost:
     """A cheap deterministic cost model: 50 ms + 10 us per extend token, 1 us per
     loaded token; decode 5 ms + 1 ns per context token; transfer 1 us per token."""
 
+    breakdown_keys = ("total",)
+
+    def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
+        return {"total": self.forward_time(batch)}
+
     def forward_time(self, batch: Sequence[ReqShape]) -> float:
         if not batch:
             return 0.0

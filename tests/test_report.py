@@ -59,6 +59,11 @@ def _base_requests(seed: int = 7, n: int = N_REQ) -> dict[str, np.ndarray]:
     }
 
 
+def _cache_class(req: dict[str, np.ndarray], i: int) -> str:
+    hit = int(req["device_hit_tokens"][i]) + int(req["host_hit_tokens"][i])
+    return "warm" if hit >= 64 else "cold"
+
+
 def _write_run(
     root: Path,
     name: str,
@@ -103,6 +108,8 @@ def _write_run(
                     "queue_full" if status[i] == "rejected" else "",
                     int(req["preemptions"][i]),
                     int(req["affinity_skips"][i]),
+                    _cache_class(req, i) if scheduled else "",
+                    "",
                 ]
             )
     nb = 120
@@ -131,6 +138,7 @@ def _write_run(
                     int(rng.integers(0, 40)),
                     int(rng.integers(0, 2)),
                     int(rng.integers(0, 2)),
+                    " ".join(str(r) for r in req["rid"][: int(size[b])]),
                 ]
             )
     ttft = req["ttft_s"][fin]

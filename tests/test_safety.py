@@ -23,6 +23,7 @@ import prefillkit.sim.output as output
 from prefillkit.cli import run
 from prefillkit.config import Config
 from prefillkit.request import Request
+from prefillkit.sim.metrics import BatchTrace
 from prefillkit.sim.output import (
     BATCHES_FILE,
     REQUESTS_FILE,
@@ -151,6 +152,8 @@ class _Result:
         self.summary: dict[str, Any] = {"requests": n, "wall_time_s": 0.1}
         self.deployment: dict[str, Any] = {"total_pages": 1}
         self.partial = False
+        self.trace = BatchTrace(())
+        self.cache_classes: dict[str, str] = {}
 
 
 def _write(folder: Path, n: int) -> None:

@@ -75,6 +75,7 @@ from prefillkit.runner import (
 )
 from prefillkit.sim.engine import Engine, SimConfigError
 from prefillkit.sim.output import json_ready, summary_document, write_run
+from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.generators import (
     SEED_AGENTIC,
@@ -302,6 +303,48 @@ _SUMMARY_ROWS: list[tuple[str, str, Callable[[Any], str]]] = [
 ]
 
 
+def _ttft_quad(metrics: dict[str, Any], prefix: str) -> str:
+    """``p50 / p90 / p99 / max`` of the ``{prefix}p50_s`` ... metrics."""
+    return " / ".join(
+        _fmt_seconds(metrics.get(f"{prefix}{q}_s")) for q in ("p50", "p90", "p99", "max")
+    )
+
+
+def _steady_rows(metrics: dict[str, Any]) -> list[tuple[str, str]]:
+    """Console rows of the steady-state metrics (prefillkit.sim.steady); none if absent."""
+    if "window_s" not in metrics:
+        return []
+    start, end = metrics.get("steady_start_s"), metrics.get("steady_end_s")
+    interval = (
+        "empty (run too short)"
+        if start is None or end is None
+        else f"{start:,.1f}-{end:,.1f} s, {_fmt_count(metrics.get('steady_requests'))} req"
+    )
+    rows = [("steady interval", interval)]
+    rows += [
+        (f"steady TTFT {q}", _fmt_seconds(metrics.get(f"steady_ttft_{q}_s")))
+        for q in ("p50", "p90", "p99", "max")
+    ]
+    for cls in ("warm", "cold"):
+        n = _fmt_count(metrics.get(f"{cls}_requests"))
+        rows.append((f"{cls} TTFT p50/p90/p99/max ({n})", _ttft_quad(metrics, f"{cls}_ttft_")))
+    over = metrics.get("overloaded_windows") or []
+    flag = f"yes: windows {_window_ranges(over)}" if metrics.get("overloaded") else "no"
+    rows.append((f"overloaded ({metrics['window_s']:g} s windows)", flag))
+    return rows
+
+
+def _window_ranges(indices: list[int]) -> str:
+    """``[3, 4, 5, 9, 10]`` -> ``3-5, 9-10``."""
+    spans: list[list[int]] = []
+    for i in indices:
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+
+
 def print_summary_table(doc: dict[str, Any], *, wall_time_s: float | None = None) -> None:
     """Print a run's summary document (``summary.json`` shape) as a rich table on stdout."""
     cfg = doc.get("config", {})
@@ -322,6 +365,11 @@ def print_summary_table(doc: dict[str, Any], *, wall_time_s: float | None = None
     for key, label, fmt in _SUMMARY_ROWS:
         if key in metrics:
             table.add_row(label, fmt(metrics[key]))
+    steady = _steady_rows(metrics)
+    if steady:
+        table.add_section()
+        for label, text in steady:
+            table.add_row(label, text)
     if wall_time_s is not None:
         table.add_section()
         table.add_row("wall time", _fmt_seconds(wall_time_s))
@@ -613,6 +661,14 @@ partial and exits with status 130.
     help="TOML settings (top level or [prefillkit]); flags override it.",
 )
 @click.option(
+    "--window-s",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=DEFAULT_WINDOW_S,
+    show_default=True,
+    help="Window length (seconds of arrival time) of the per-window TTFT, utilisation and "
+    "overload metrics.",
+)
+@click.option(
     "--out",
     metavar="DIR",
     help="Write summary.json, requests.csv and batches.csv into DIR (created if needed).",
@@ -657,7 +713,14 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             f"(first: line {line}: {reason})"
         )
 
+    window_s: float = params["window_s"]
+    try:
+        check_window_s(window_s, (r.arrival_time for r in workload.requests))
+    except ValueError as exc:
+        raise InputError(f"--window-s: {exc}") from None
+
     def announce(engine: Engine) -> None:
+        engine.window_s = window_s
         if not quiet:
             echo_err(
                 f"replaying {len(workload.requests):,} requests from "
@@ -1129,6 +1192,38 @@ def trace_stats_cmd(
                 f"{r.cache_tokens:,}", _fmt_pct(r.hit_rate), f"{r.oversized_requests:,}"
             )
         console.print(lru_table)
+
+
+@cli.command("calibrate", context_settings=CONTEXT_SETTINGS)
+@click.option("--json", "as_json", is_flag=True, help="Print the tables' data as JSON.")
+@click.option(
+    "--markdown", is_flag=True, help="Print the validation table as Markdown (RESULTS.md)."
+)
+def calibrate_cmd(as_json: bool, markdown: bool) -> None:
+    """The cost model against published prefill throughputs, and the seed scenario.
+
+    Prints the validation table (one parameter set per GPU family, never fitted: the
+    error against each published figure, including the misses) and the source notes'
+    observation on the seed deployment: a warm cache-hit batch, the same batch with one
+    cold joiner, and the cold request alone, each with its forward-time breakdown.
+    """
+    from prefillkit.report.calibration import (
+        calibration_document,
+        calibration_markdown,
+        calibration_tables,
+    )
+
+    doc = calibration_document()
+    if as_json:
+        click.echo(json.dumps(json_ready(doc), indent=2))
+        return
+    if markdown:
+        click.echo(calibration_markdown(doc))
+        return
+    console = make_console()
+    for table in calibration_tables(doc):
+        console.print(table)
+    console.print(f"seed deployment: {doc['seed']['deployment']}", markup=False, highlight=False)
 
 
 @cli.command("knobs", context_settings=CONTEXT_SETTINGS)

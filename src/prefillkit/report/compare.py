@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 # (metric key, label, unit kind). Kinds: "s" seconds, "frac" fraction 0..1, "count",
-# "tok_s" tokens per second, "float" plain number.
+# "tok_s" tokens per second, "float" plain number, "flag" yes/no (no delta or ratio).
 KEY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("requests", "requests", "count"),
     ("completed", "completed", "count"),
@@ -51,6 +51,11 @@ KEY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("ttft_p99_s", "TTFT p99", "s"),
     ("ttft_max_s", "TTFT max", "s"),
     ("ttft_mean_s", "TTFT mean", "s"),
+    ("steady_ttft_p90_s", "steady TTFT p90", "s"),
+    ("steady_ttft_p99_s", "steady TTFT p99", "s"),
+    ("warm_ttft_p99_s", "warm TTFT p99", "s"),
+    ("cold_ttft_p99_s", "cold TTFT p99", "s"),
+    ("overloaded", "overloaded", "flag"),
     ("queueing_mean_s", "queueing mean", "s"),
     ("cache_hit_rate", "cache hit rate", "frac"),
     ("device_hit_rate", "device hit rate", "frac"),
@@ -113,6 +118,29 @@ def paired_ttft(base: RunData, other: RunData) -> np.ndarray:
     """Per-request TTFT ratio ``other / base`` over requests finished in both runs."""
     _, b, o = paired_ttft_values(base, other)
     return o / b if len(b) else np.zeros(0, dtype=float)
+
+
+def _classes_by_rid(run: RunData) -> dict[str, str]:
+    """Request id -> its ``cache_class`` (first row; empty when the file has none)."""
+    if run.num_requests == 0:
+        return {}
+    out: dict[str, str] = {}
+    for rid, cls in zip(run.requests["rid"], run.requests["cache_class"], strict=True):
+        out.setdefault(str(rid), str(cls))
+    return out
+
+
+def class_ratios(
+    base: RunData, rids: np.ndarray, base_ttft: np.ndarray, other_ttft: np.ndarray
+) -> dict[str, dict[str, float | int | None]]:
+    """:func:`ratio_summary` of the paired TTFT ratios of the base's warm and cold requests."""
+    classes = _classes_by_rid(base)
+    cls = np.array([classes.get(str(r), "") for r in rids], dtype=object)
+    out: dict[str, dict[str, float | int | None]] = {}
+    for name in ("warm", "cold"):
+        mask = cls == name
+        out[name] = ratio_summary(other_ttft[mask] / base_ttft[mask])
+    return out
 
 
 def _finished_by_rid(run: RunData) -> tuple[np.ndarray, np.ndarray]:
@@ -232,6 +260,7 @@ def compare_runs(
                        "metrics": {key: value}, "delta": {key: v - base},
                        "ratio": {key: v / base},
                        "paired": None | {"n_paired", "ratio": ratio_summary(...),
+                                         "by_class": {"warm"|"cold": ratio_summary(...)},
                                          "p99_diff_s", "p99_diff_lo_s", "p99_diff_hi_s",
                                          "base_p99_s", "other_p99_s"}}, ...]}
 
@@ -254,11 +283,12 @@ def compare_runs(
             ratio[k] = None if v is None or bv is None or bv == 0 else v / bv
         paired: dict[str, Any] | None = None
         if i > 0:
-            _, bt, ot = paired_ttft_values(base, run)
+            rids, bt, ot = paired_ttft_values(base, run)
             d, lo, hi = bootstrap_p99_diff(bt, ot, n_boot=n_boot, seed=seed, ci=ci)
             paired = {
                 "n_paired": len(bt),
                 "ratio": ratio_summary(ot / bt if len(bt) else []),
+                "by_class": class_ratios(base, rids, bt, ot),
                 "p99_diff_s": d,
                 "p99_diff_lo_s": lo,
                 "p99_diff_hi_s": hi,
@@ -311,6 +341,8 @@ def format_metric(key: str, value: float | None, *, kind: str | None = None) -> 
     if value is None or not math.isfinite(value):
         return "-"
     kind = kind or _KIND.get(key) or ("s" if key.endswith("_s") else "float")
+    if kind == "flag":
+        return "yes" if value else "no"
     if kind == "s":
         return _format_seconds(value)
     if kind == "frac":
@@ -382,7 +414,8 @@ def comparison_rows(
         row = [str(m.get("label", key))]
         for v in variants:
             text = format_metric(key, v["metrics"].get(key), kind=m.get("kind"))
-            if not v.get("is_baseline") and v["metrics"].get(key) is not None:
+            changes = m.get("kind") != "flag" and not v.get("is_baseline")
+            if changes and v["metrics"].get(key) is not None:
                 text += (
                     f" ({format_delta(key, v['delta'].get(key))}, "
                     f"{format_ratio(v['ratio'].get(key))})"
@@ -404,6 +437,12 @@ def _paired_rows(variants: list[dict[str, Any]], ci: float) -> list[list[str]]:
     def rq(p: dict[str, Any], k: str) -> str:
         return format_ratio(p["ratio"].get(k))
 
+    def by_class(p: dict[str, Any], name: str) -> str:
+        r = (p.get("by_class") or {}).get(name) or {}
+        if not r.get("n"):
+            return "-"
+        return f"{format_ratio(r.get('p50'))} / {format_ratio(r.get('p90'))} (n={r['n']:,})"
+
     specs: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
         ("paired requests", lambda p: f"{p['n_paired']:,}"),
         (
@@ -411,6 +450,8 @@ def _paired_rows(variants: list[dict[str, Any]], ci: float) -> list[list[str]]:
             lambda p: " / ".join(rq(p, k) for k in ("p10", "p50", "p90")),
         ),
         ("TTFT ratio geomean", lambda p: rq(p, "geomean")),
+        ("warm TTFT ratio p50 / p90", lambda p: by_class(p, "warm")),
+        ("cold TTFT ratio p50 / p90", lambda p: by_class(p, "cold")),
         (
             "requests faster / slower",
             lambda p: (

@@ -207,8 +207,8 @@ def _summary_section(runs: Sequence[RunData]) -> str:
     rows = []
     for k in keys + extra:
         values = [run.metrics.get(k) for run in runs]
-        if all(v is None for v in values):
-            continue
+        if all(v is None or isinstance(v, (list, dict)) for v in values):
+            continue  # nothing, or per-window lists (plotted instead)
         cells = "".join(f'<td class="num">{_e(_metric_cell(k, v))}</td>' for v in values)
         rows.append(f"<tr><td>{_e(metric_label(k))}</td>{cells}</tr>")
     head = f"<tr><th>metric</th>{_run_header_cells(runs)}</tr>"
@@ -218,8 +218,10 @@ def _summary_section(runs: Sequence[RunData]) -> str:
 
 
 def _metric_cell(key: str, value: Any) -> str:
-    if value is None:
+    if value is None or isinstance(value, (list, dict)):
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     num = _num(value)
     if num is None:
         return _value_text(value)

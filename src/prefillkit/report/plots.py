@@ -38,9 +38,11 @@ __all__ = [
     "plot_queue_length",
     "plot_ttft_cdf",
     "plot_ttft_over_time",
+    "plot_windows",
     "render_plots",
     "variant_colors",
     "variant_labels",
+    "window_series",
 ]
 
 FIGSIZE: tuple[float, float] = (8.0, 4.5)
@@ -376,6 +378,65 @@ def plot_batches(runs: Runs, out_path: str | Path, *, max_bins: int = 60) -> Pat
     return _save(fig, out_path)
 
 
+def window_series(run: RunData) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(mid_s, ttft_p99_s, utilization, saturated)`` per window of the run's summary.
+
+    From ``metrics.windows`` (see :mod:`prefillkit.sim.steady`); missing values are NaN,
+    and a run without windows gives empty arrays.
+    """
+    windows = run.metrics.get("windows")
+    if not isinstance(windows, list):
+        windows = []
+    rows = [w for w in windows if isinstance(w, dict)]
+
+    def get(w: dict[str, object], key: str) -> float:
+        value = w.get(key)
+        return float(value) if isinstance(value, (int, float)) else np.nan
+
+    mid = np.array([(get(w, "start_s") + get(w, "end_s")) / 2 for w in rows], dtype=float)
+    p99 = np.array([get(w, "ttft_p99_s") for w in rows], dtype=float)
+    util = np.array([get(w, "utilization") for w in rows], dtype=float)
+    sat = np.array([w.get("saturated") is True for w in rows], dtype=bool)
+    return mid, p99, util, sat
+
+
+def plot_windows(runs: Runs, out_path: str | Path) -> Path:
+    """TTFT p99 (top, log) and executor utilisation (bottom) per arrival window.
+
+    Saturated windows (busy >= 98 % with a growing backlog) are marked with a cross on
+    the utilisation line.
+    """
+    fig, (ax_p99, ax_util) = _new_figure(FIGSIZE_TALL, rows=2)
+    ax_p99.set_title("TTFT p99 and executor utilisation per arrival window")
+    entries = 0
+    for run, label, color in zip(runs, variant_labels(runs), variant_colors(runs), strict=True):
+        mid, p99, util, sat = window_series(run)
+        if len(mid) == 0:
+            continue
+        ok = np.isfinite(p99) & (p99 > 0)
+        ax_p99.plot(mid[ok], p99[ok], color=color, lw=1.6, marker="o", ms=3, label=label)
+        ax_util.plot(mid, util * 100, color=color, lw=1.6, label=label)
+        if sat.any():
+            ax_util.scatter(mid[sat], util[sat] * 100, marker="x", s=36, color=color)
+        entries += 1
+    if entries == 0:
+        _no_data(ax_p99, "no windows in the summary")
+        _no_data(ax_util, "no windows in the summary")
+        return _save(fig, out_path)
+    ax_p99.set_yscale("log")
+    _log_seconds(ax_p99.yaxis)
+    ax_p99.set_ylabel("TTFT p99 (s, log scale)")
+    _style(ax_p99)
+    _legend(ax_p99, entries)
+    ax_util.axhline(98, color="#999999", lw=0.8, ls=":")
+    ax_util.set_ylim(0, 105)
+    ax_util.set_ylabel("executor busy (%)")
+    ax_util.set_xlabel("window (arrival time, s); x: saturated window")
+    ax_util.tick_params(labelbottom=True)
+    _style(ax_util)
+    return _save(fig, out_path)
+
+
 def cache_split(run: RunData) -> tuple[float, float, float]:
     """Total ``(device_hit, host_hit, recomputed)`` tokens over the run's requests."""
     if run.num_requests == 0:
@@ -534,6 +595,13 @@ PLOTS: tuple[PlotSpec, ...] = (
         "TTFT over arrival time",
         "Each point is one finished request: its TTFT against its arrival time.",
         plot_ttft_over_time,
+    ),
+    PlotSpec(
+        "windows",
+        "TTFT p99 and utilisation per window",
+        "Per arrival window (--window-s): TTFT p99 of the requests arriving in it, and the "
+        "fraction of the window the executor was busy (crosses: saturated windows).",
+        plot_windows,
     ),
     PlotSpec(
         "queue_length",

@@ -38,7 +38,18 @@ BATCHES_FILE = "batches.csv"
 # NOTE: the column sets are the simulator's (one definition, in sim.metrics).
 
 # Columns that are always text, even when every value happens to look like a number.
-_TEXT_COLUMNS = frozenset({"rid", "status", "reject_reason", "lead_class", "closed_by"})
+_TEXT_COLUMNS = frozenset(
+    {
+        "rid",
+        "status",
+        "reject_reason",
+        "lead_class",
+        "closed_by",
+        "cache_class",
+        "batch_ids",
+        "rids",
+    }
+)
 # Columns a requests.csv must have for the report to mean anything.
 _REQUIRED_REQUEST_COLUMNS = ("rid", "arrival_s", "ttft_s", "status")
 _REQUIRED_BATCH_COLUMNS = ("start_s", "size")

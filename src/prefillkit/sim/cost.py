@@ -531,6 +531,16 @@ class RooflineCostModel:
                     raise ValueError(f"negative ReqShape field: {req}")
                 add_lane_span(rows, attn, p, p + e, page)
             return rows, attn, [0] * r
+        if len(batch) == 1:  # the common bs = 1 forward: one span, lanes derived from it
+            req = batch[0]
+            p, e = req.prefix_len, req.extend_len
+            end = p + e
+            if e > 0 and (p >= topk or end <= topk):
+                rq = [0] * r
+                kq = [0] * r
+                add_lane_span(rq, kq, p, end, page)
+                attn = [topk * x for x in rq] if p >= topk else kq
+                return rq, attn, (kq if end > threshold else [0] * r)
         low_rows = [0] * r  # rows below the top-k cap, requests without the indexer
         low_keys = [0] * r
         low_rows_i = [0] * r  # rows below the cap, requests with the indexer

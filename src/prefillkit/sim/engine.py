@@ -2,7 +2,11 @@
 
 A heap of ``(time, priority, seq, kind, payload)`` events; no wall-clock sleeps. The
 engine drives :class:`prefillkit.sched.scheduler.Scheduler` exactly as a serving engine
-would and asks the cost model how long each forward takes.
+would and asks the cost model how long each forward takes: one ``breakdown`` call per
+batch, whose ``"total"`` is the forward time and whose terms go to ``batches.csv``. Each
+batch is recorded in a :class:`~prefillkit.sim.metrics.BatchTrace` (which requests ran in
+it, in order); the summary adds the steady-state metrics of
+:mod:`prefillkit.sim.steady` over windows of ``window_s`` seconds.
 
 Modes:
 - ``pd-prefill``: a prefill server of a PD-disaggregated deployment. After the forward
@@ -20,13 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from prefillkit.config import Config
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
 from prefillkit.sched.scheduler import PrefillBatch, Scheduler
-from prefillkit.sim.cost import CostModel, ReqShape, default_cost_model
+from prefillkit.sim.cost import CostModel, ReqShape, cost_model_for_config
 from prefillkit.sim.gpus import get_gpu
-from prefillkit.sim.metrics import BatchRecord, summarize
+from prefillkit.sim.metrics import BatchRecord, BatchTrace, summarize
+from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s, steady_metrics
 
 FORWARD_DONE, TRANSFER_DONE, ARRIVAL = 0, 1, 2
 
@@ -58,12 +65,21 @@ class Deployment:
 
 @dataclass(slots=True)
 class SimResult:
+    """A finished (or interrupted) run.
+
+    ``trace`` says which requests ran in which batch and holds each batch's forward-time
+    breakdown; ``cache_classes`` maps a request id to ``warm`` / ``cold`` (its hit at
+    first admission).
+    """
+
     requests: list[Request]
     batches: list[BatchRecord]
     summary: dict[str, Any]
     deployment: dict[str, Any]
     partial: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    trace: BatchTrace = field(default_factory=lambda: BatchTrace(()))
+    cache_classes: dict[str, str] = field(default_factory=dict)
 
 
 def key_tokens_of(requests: list[Request], page_size: int) -> int:
@@ -102,19 +118,17 @@ class Engine:
         cost: CostModel | None = None,
         deployment: Deployment | None = None,
         on_progress: Callable[[int, int], None] | None = None,
+        window_s: float = DEFAULT_WINDOW_S,
     ) -> None:
+        try:
+            check_window_s(window_s, (r.arrival_time for r in requests))
+        except ValueError as e:
+            raise SimConfigError(f"--window-s: {e}") from None
         self.cfg = cfg
         self.requests = requests
         self.dep = deployment or resolve_deployment(cfg, requests)
         model = cfg.model_spec
-        self.cost: CostModel = cost or default_cost_model(
-            cfg.model,
-            cfg.gpu,
-            self.dep.num_gpus,
-            kv_bytes_per_token=cfg.resolved_kv_bytes_per_token,
-            h2d_gbps=cfg.h2d_bandwidth_gbps,
-            kv_transfer_gbps=cfg.kv_transfer_bandwidth_gbps,
-        )
+        self.cost: CostModel = cost or cost_model_for_config(cfg, self.dep.num_gpus)
         buffer_ctx = BufferEstimatorContext(
             model=model,
             kv_cache_dtype=cfg.resolved_kv_cache_dtype,
@@ -140,6 +154,12 @@ class Engine:
         self.on_progress = on_progress
         self.stop_requested = False
         self.batches: list[BatchRecord] = []
+        # Steady-state window length (seconds; see prefillkit.sim.steady).
+        self.window_s = window_s
+        self.trace = BatchTrace(tuple(self.cost.breakdown_keys))
+        # Colocated decode steps keep the executor busy too: (start, duration) each.
+        self._decode_starts: list[float] = []
+        self._decode_durations: list[float] = []
         self._heap: list[tuple[float, int, int, int, Any]] = []
         self._seq = 0
         self.now = 0.0
@@ -184,10 +204,37 @@ class Engine:
             else self.sched.num_waiting + (1 if self.sched.chunked_req is not None else 0),
         }
         summary = summarize(self.requests, self.batches, counters=counters, sim_end_s=self.now)
+        classes = self.trace.cache_classes(self.cfg.affinity_warm_floor_tokens)
+        summary.update(
+            steady_metrics(
+                self.requests,
+                self._busy_intervals(),
+                classes,
+                window_s=self.window_s,
+                sim_end_s=self.now,
+            )
+        )
         summary["wall_time_s"] = wallclock.perf_counter() - t0
         dep = self.dep.as_dict()
         dep["kv_pool_tokens"] = self.dep.total_pages * self.cfg.page_size  # type: ignore[operator]
-        return SimResult(self.requests, self.batches, summary, dep, partial=partial)
+        return SimResult(
+            self.requests,
+            self.batches,
+            summary,
+            dep,
+            partial=partial,
+            trace=self.trace,
+            cache_classes=classes,
+        )
+
+    def _busy_intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        """Executor busy intervals ``(starts, durations)``, sorted by start."""
+        starts = np.array([b.start_s for b in self.batches] + self._decode_starts, dtype=float)
+        durations = np.array(
+            [b.duration_s for b in self.batches] + self._decode_durations, dtype=float
+        )
+        order = np.argsort(starts, kind="stable")
+        return starts[order], durations[order]
 
     def _handle(self, kind: int, payload: Any) -> None:
         if kind == ARRIVAL:
@@ -208,10 +255,11 @@ class Engine:
         sched = self.sched
         batch = sched.get_new_batch_prefill(self.now) if sched.has_work else None
         if batch is not None:
-            shapes = [
-                ReqShape(r.prefix_len, r.extend_input_len, r.loaded_tokens) for r in batch.reqs
-            ]
-            dur = self.cost.forward_time(shapes)
+            reqs = batch.reqs
+            shapes = [ReqShape(r.prefix_len, r.extend_input_len, r.loaded_tokens) for r in reqs]
+            breakdown = self.cost.breakdown(shapes)
+            dur = breakdown["total"]
+            self.trace.record(reqs, breakdown)
             self.batches.append(
                 BatchRecord(
                     batch_id=len(self.batches),
@@ -236,6 +284,8 @@ class Engine:
         if self.colocated and sched.decoding:
             ctx = sum(r.input_len + r.output_len for r in sched.decoding)
             dur = self.cost.decode_step_time(len(sched.decoding), ctx)
+            self._decode_starts.append(self.now)
+            self._decode_durations.append(dur)
             self.busy = True
             self._push(self.now + dur, FORWARD_DONE, None)
 
@@ -259,6 +309,7 @@ def simulate(
     *,
     cost: CostModel | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    window_s: float = DEFAULT_WINDOW_S,
 ) -> SimResult:
     """Replay ``requests`` through the scheduler on the configured deployment."""
-    return Engine(cfg, requests, cost=cost, on_progress=on_progress).run()
+    return Engine(cfg, requests, cost=cost, on_progress=on_progress, window_s=window_s).run()

@@ -19,6 +19,9 @@ Non-finite floats are not valid JSON: NaN is written as ``null``, infinities as 
 strings ``"inf"`` / ``"-inf"``.
 
 CSV cells: ``None`` is an empty cell, booleans are ``true`` / ``false``, floats ``repr``.
+Lists of ids (``batch_ids`` of ``requests.csv``, ``rids`` of ``batches.csv``) are
+space-separated in one cell. ``batches.csv`` ends with one ``t_<term>_s`` column per term
+of the cost model's breakdown (:func:`prefillkit.sim.metrics.batch_columns`).
 
 Partial runs: ``requests.csv`` holds the requests that had been scheduled, finished or
 rejected when the run stopped (requests still waiting in the queue, or not yet arrived,
@@ -44,7 +47,7 @@ from typing import Any
 from prefillkit.config import Config, describe
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.engine import SimResult
-from prefillkit.sim.metrics import BATCH_COLUMNS, REQUEST_COLUMNS, request_row
+from prefillkit.sim.metrics import REQUEST_COLUMNS, batch_columns, request_row
 
 __all__ = [
     "BATCHES_FILE",
@@ -153,6 +156,21 @@ def _written_requests(result: SimResult) -> list[Request]:
     ]
 
 
+def _request_rows(result: SimResult) -> Iterable[dict[str, Any]]:
+    ids, classes = result.trace.batch_ids(), result.cache_classes
+    for req in _written_requests(result):
+        yield request_row(req, ids.get(req.rid, ()), classes.get(req.rid))
+
+
+def _batch_rows(result: SimResult) -> Iterable[dict[str, Any]]:
+    trace = result.trace
+    for i, batch in enumerate(result.batches):
+        row = batch.row()
+        row["rids"] = " ".join(trace.batch_rids(i))
+        row.update(trace.batch_terms(i))
+        yield row
+
+
 def write_run(
     result: SimResult,
     out_dir: str | os.PathLike[str],
@@ -168,8 +186,9 @@ def write_run(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    requests_text = _csv_text(REQUEST_COLUMNS, (request_row(r) for r in _written_requests(result)))
-    batches_text = _csv_text(BATCH_COLUMNS, (b.row() for b in result.batches))
+    requests_text = _csv_text(REQUEST_COLUMNS, _request_rows(result))
+    columns = batch_columns(result.trace.keys)
+    batches_text = _csv_text(columns, _batch_rows(result))
     doc = summary_document(result, name=name, config=config, workload=workload)
     summary_text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
     atomic_write_text(out / REQUESTS_FILE, requests_text)

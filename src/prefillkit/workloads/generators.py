@@ -345,7 +345,7 @@ def multi_turn_agentic(
     session has its own); each later turn misses the blocks holding the previous output
     and the append, plus the re-opened partial tail block. With the defaults the ideal
     block-level hit rate is about 92 % (about 89 % with a 4,096-token system prompt);
-    :data:`SEED_AGENTIC` gives 92.08 % (seed 0).
+    :data:`SEED_AGENTIC` gives 91.66 % (seed 0).
     """
     sys_range = _as_range(system_prompt_len)
     _check_agentic(
@@ -398,24 +398,24 @@ def multi_turn_agentic(
 
 
 #: The seed system's traffic mix (a production replay at 91.8 % cache hit):
-#: ``multi_turn_agentic`` arguments. Every session has its own system prompt of 8-16 K
-#: tokens; turn 1 adds 8.25-16 K user tokens, so every cold first turn has 16,640-32,768
-#: tokens and is chunked at ``--chunked-prefill-size 16384``; 10-30 turns each add a
-#: 128-1,024-token output and a 1-6 K append, until the next prompt would pass 128 K
-#: (131,072) tokens. Last prompts reach about 50-131 K tokens (median about 104 K).
-#: Ideal hit rate (infinite cache; block level 92.08 %, token weighted 92.13 % for seed 0;
-#: 91.9-92.1 % over seeds 0-3): with 10-30 turns, first turns of at least 16 K and
-#: contexts capped at 128 K it cannot go much below 91 %, as each session misses about its
-#: whole last context once. 300 sessions at 0.15 sessions/s: 5,849 requests over about 44
-#: simulated minutes (seed 0), generated in about 0.15 s; set the load with
-#: ``session_arrival_rate`` (``--agentic-session-rate``).
+#: ``multi_turn_agentic`` arguments. Every session has its own system prompt of 16-32 K
+#: tokens; turn 1 adds 16-48 K user tokens, so cold first turns have 32-80 K tokens and a
+#: quarter of them (74 of 300, seed 0) are longer than the seed deployment's 64 K chunk
+#: (``--chunked-prefill-size 65536``, ``prefillkit.sim.validation.SEED_DEPLOYMENT``) and
+#: are chunked; all are chunked at 16 K. 10-30 turns each add a 128-1,024-token output
+#: and a 1-6 K append, until the next prompt would pass 128 K (131,072) tokens.
+#: Ideal hit rate (infinite cache; block level 91.66 %, token weighted 91.69 % for seed
+#: 0): with 10-30 turns, long first turns and contexts capped at 128 K it cannot go much
+#: below 91 %, as each session misses about its whole first context once. 300 sessions
+#: at 0.15 sessions/s: 4,878 requests (seed 0), generated in well under a second; set the
+#: load with ``session_arrival_rate`` (``--agentic-session-rate``).
 SEED_AGENTIC: Mapping[str, Any] = MappingProxyType(
     {
         "num_sessions": 300,
         "turns_per_session": (10, 30),
-        "system_prompt_len": (8192, 16384),
+        "system_prompt_len": (16384, 32768),
         "sessions_per_system_prompt": 1,
-        "first_user_len": (8448, 16384),
+        "first_user_len": (16384, 49152),
         "turn_append_len": (1024, 6144),
         "output_len": (128, 1024),
         "think_time_s": (1.0, 10.0),

@@ -1,0 +1,145 @@
+"""The seed's fix chain, measured: one command, one table, one plot.
+
+    python benchmarks/fix_chain.py [--out DIR] [--rate SESSIONS_PER_S] [--jobs N]
+
+Runs ``prefillkit compare`` on the seed workload (``--generator seed``) and the seed
+deployment (``prefillkit.sim.validation.SEED_DEPLOYMENT``: GLM-5 on 8 x H20 141 GB,
+CP 8 shared-KV, EP 8, HiCache, 64 K chunks) under the fix chain:
+
+1. ``fcfs-bs1``: FCFS, one request per CP forward (the seed's baseline);
+2. ``bs-gt1``: several requests per forward, bounded by the four limits (8 requests,
+   64 K extend tokens, 512 K cached tokens, 8 GiB of temporary buffers);
+3. ``mix-chunked``: + followers after a tail chunk (true-prefix seeding of the
+   chunk's budgets is always on in prefillkit: the spec requires it);
+4. ``affinity``: + the warm/cold affinity policy;
+5. ``lpm``: bs>1 + mix-chunked under LPM instead of FCFS.
+
+Prints the Markdown table that README.md's first section shows (p50/p90/p99/max TTFT
+of warm and cold requests separately, throughput, the paired p99 difference with its
+95 % bootstrap interval) and writes ``docs/fix_chain.png``. Every number comes from
+the run; nothing is edited by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from prefillkit.sim.validation import SEED_DEPLOYMENT  # noqa: E402
+
+LIMITS = (
+    "--enable-cp-shared-kv-prefill-bs-gt1 --cp-shared-kv-prefill-max-requests 8 "
+    "--cp-shared-kv-prefill-max-total-extend-tokens 65536 "
+    "--cp-shared-kv-prefill-max-cached-tokens 524288 "
+    "--cp-shared-kv-prefill-max-buffer-size 8589934592"
+)
+CHAIN: tuple[tuple[str, str], ...] = (
+    ("fcfs-bs1", "--schedule-policy fcfs"),
+    ("bs-gt1", LIMITS),
+    ("mix-chunked", f"{LIMITS} --cp-prefill-mix-chunked"),
+    ("affinity", f"{LIMITS} --cp-prefill-mix-chunked --enable-affinity"),
+    ("lpm", f"{LIMITS} --cp-prefill-mix-chunked --schedule-policy lpm"),
+)
+DEFAULT_RATE = 0.035
+
+
+def run_compare(out: Path, rate: float, jobs: int | None) -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "prefillkit",
+        "compare",
+        "--generator",
+        "seed",
+        "--agentic-session-rate",
+        str(rate),
+        *SEED_DEPLOYMENT,
+        *[f"--variant={name}:{flags}" for name, flags in CHAIN],
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    if jobs is not None:
+        cmd += ["--jobs", str(jobs)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def table(out: Path) -> tuple[str, list[dict[str, Any]]]:
+    doc = json.loads((out / "compare.json").read_text())
+    rows: list[dict[str, Any]] = []
+    lines = [
+        "| variant | warm TTFT p50 / p90 / p99 / max (s) | cold TTFT p50 / p90 / p99 / max (s) "
+        "| all p99 (s) | Δ p99 vs baseline [95 % CI] | batches | mean bs | overloaded |",
+        "| --- | --- | --- | ---: | --- | ---: | ---: | --- |",
+    ]
+    for v in doc["variants"]:
+        m = json.loads((out / v["name"] / "summary.json").read_text())["metrics"]
+        warm = " / ".join(_s(m.get(f"warm_ttft_{q}_s")) for q in ("p50", "p90", "p99", "max"))
+        cold = " / ".join(_s(m.get(f"cold_ttft_{q}_s")) for q in ("p50", "p90", "p99", "max"))
+        paired = v.get("paired") or {}
+        if paired.get("p99_diff_s") is not None:
+            est, lo, hi = paired["p99_diff_s"], paired["p99_diff_lo_s"], paired["p99_diff_hi_s"]
+            ci = f"{est:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+        else:
+            ci = "baseline" if v["is_baseline"] else "-"
+        lines.append(
+            f"| {v['name']} | {warm} | {cold} | {m['ttft_p99_s']:.1f} | {ci} | "
+            f"{m['num_batches']:,} | {m['mean_batch_size']:.2f} | "
+            f"{'yes' if m.get('overloaded') else 'no'} |"
+        )
+        rows.append({"name": v["name"], **m})
+    return "\n".join(lines), rows
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["name"] for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for ax, cls in zip(axes, ("warm", "cold"), strict=True):
+        width = 0.2
+        for i, q in enumerate(("p50", "p90", "p99", "max")):
+            ys = [r.get(f"{cls}_ttft_{q}_s") or 0.0 for r in rows]
+            ax.bar([x + (i - 1.5) * width for x in range(len(rows))], ys, width, label=q)
+        ax.set_xticks(range(len(rows)), names, rotation=20)
+        ax.set_title(f"{cls} requests")
+        ax.set_ylabel("TTFT (s)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend()
+    fig.suptitle("Seed workload on the seed deployment: the fix chain")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="fix_chain_out", help="compare output folder")
+    ap.add_argument("--rate", type=float, default=DEFAULT_RATE, help="sessions per second")
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--plot", default=str(ROOT / "docs" / "fix_chain.png"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    run_compare(out, args.rate, args.jobs)
+    text, rows = table(out)
+    print(text)
+    plot(rows, Path(args.plot))
+    print(f"\nwrote {args.plot}; run folders in {out}/", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
