@@ -225,3 +225,52 @@ def test_seed_cost_model_is_the_seed_deployment() -> None:
     cm = seed_cost_model()
     assert cm.gpu.name == "H20 141GB" and cm.layout.cp_size == 8 and cm.layout.ep_size == 8
     assert cm.page_size == 64 and cm.model.name == "glm-5"
+
+
+# --- the command line ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--nvlink-bandwidth-gbps", "0"], "--nvlink-bandwidth-gbps"),
+        (["--net-bandwidth-gbps", "-5"], "--net-bandwidth-gbps"),
+        (["--tp-size", "8", "--ep-size", "4"], "--ep-size"),
+        (["--gpu", "h30"], "--gpu"),
+        (["--nvlink-bandwidth-gbps", "fast"], "--nvlink-bandwidth-gbps"),
+    ],
+)
+def test_bad_deployment_flags_are_one_line_exit_2(flags: list[str], needle: str) -> None:
+    from tests.test_cli import assert_one_line_error, run_cli
+
+    proc = run_cli("replay", "--agentic-sessions", "2", "-q", *flags)
+    assert_one_line_error(proc, needle)
+
+
+def test_calibrate_command_prints_the_tables() -> None:
+    import json
+
+    from tests.test_cli import run_cli
+
+    proc = run_cli("calibrate", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert len(doc["validation"]) == len(PUBLISHED)
+    seed = doc["seed"]
+    assert 1.0 <= seed["warm_breakdown"]["total"] <= 2.0
+    assert 5.0 <= seed["mixed_breakdown"]["total"] <= 10.0
+    text = run_cli("calibrate", COLUMNS="160")
+    assert text.returncode == 0 and "DeepSeek profile" in text.stdout and "cold alone" in text.stdout
+
+
+def test_replay_uses_the_interconnect_override() -> None:
+    from prefillkit.config import Config
+    from prefillkit.sim.cost import cost_model_for_config
+
+    cfg = Config(tp_size=8, cp_size=8, enable_cp_shared_kv=True, nvlink_bandwidth_gbps=100.0)
+    slow = cost_model_for_config(cfg, 8)
+    fast = cost_model_for_config(Config(tp_size=8, cp_size=8, enable_cp_shared_kv=True), 8)
+    batch = [ReqShape(65_536, 1024)]
+    assert slow.breakdown(batch)["cp_kv_gather"] == pytest.approx(
+        4.5 * fast.breakdown(batch)["cp_kv_gather"]
+    )
