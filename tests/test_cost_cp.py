@@ -260,7 +260,9 @@ def test_calibrate_command_prints_the_tables() -> None:
     assert 1.0 <= seed["warm_breakdown"]["total"] <= 2.0
     assert 5.0 <= seed["mixed_breakdown"]["total"] <= 10.0
     text = run_cli("calibrate", COLUMNS="160")
-    assert text.returncode == 0 and "DeepSeek profile" in text.stdout and "cold alone" in text.stdout
+    assert (
+        text.returncode == 0 and "DeepSeek profile" in text.stdout and "cold alone" in text.stdout
+    )
 
 
 def test_replay_uses_the_interconnect_override() -> None:
@@ -274,3 +276,30 @@ def test_replay_uses_the_interconnect_override() -> None:
     assert slow.breakdown(batch)["cp_kv_gather"] == pytest.approx(
         4.5 * fast.breakdown(batch)["cp_kv_gather"]
     )
+
+
+def test_inlined_breakdown_matches_the_helper_methods() -> None:
+    # breakdown() inlines linear_time, moe_expert_time and the communication terms through
+    # precomputed coefficients; they must agree with the methods for any batch.
+    rng = random.Random(7)
+    for layout in (
+        ParallelLayout(8, cp_size=8, ep_size=8),
+        ParallelLayout(8, cp_size=2, ep_size=1),
+        ParallelLayout(32, dp_size=32, ep_size=32, two_batch_overlap=True),
+    ):
+        cm = RooflineCostModel(GLM5, H20, layout.num_gpus, layout=layout, page_size=64)
+        for _ in range(200):
+            batch = [
+                ReqShape(p, rng.randrange(1, 9000))
+                for p in (rng.randrange(0, 70_000) for _ in range(rng.randrange(1, 5)))
+            ]
+            bd = cm.breakdown(batch)
+            rows, _, _ = cm.rank_work(batch)
+            tokens = sum(r.extend_len for r in batch) * layout.dp_size
+            assert bd["moe_experts"] == pytest.approx(cm.moe_expert_time(tokens))
+            assert bd["linear"] <= cm.linear_time(max(rows)) * (1 + 1e-12)
+            busiest = [x for x in rows if cm.linear_time(x) == pytest.approx(bd["linear"])]
+            assert busiest
+            assert bd["tp_comm"] == pytest.approx(cm.tp_comm_time(busiest[0]))
+            ctx = sum(r.prefix_len + r.extend_len for r in batch)
+            assert bd["cp_kv_gather"] == pytest.approx(cm.cp_gather_time(ctx))

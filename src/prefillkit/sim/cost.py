@@ -428,6 +428,18 @@ class RooflineCostModel:
             self._kv_shards = 1
         else:
             self._kv_shards = max(1, min(num_gpus, m.num_kv_heads))
+        # Hot-path coefficients (breakdown): every term below is linear in its input.
+        self._a_attn = self._attn_coef / self._attn_rate
+        self._b_idx = self._idx_coef / self._idx_rate
+        self._gemm_rate = self._gemm_peak * eff_gemm
+        self._dp = layout.dp_size
+        self._tbo = layout.two_batch_overlap
+        self._prefetch = layout.cp_kv_prefetch
+        self._comm_per_rank_row = self.moe_comm_time(1.0, 0)
+        self._comm_per_token = self.moe_comm_time(0.0, 1)
+        self._tp_per_rank_row = self.tp_comm_time(1.0)
+        self._gather_per_token = self.cp_gather_time(1)
+        self._load_per_token = self.loadback_time(1)
 
     # --- building blocks -------------------------------------------------------------
     def gemm_efficiency(self, tokens: float) -> float:
@@ -587,60 +599,73 @@ class RooflineCostModel:
         if tokens == 0 and loaded == 0:
             return dict.fromkeys(BREAKDOWN_KEYS, 0.0)
         rows, attn_keys, idx_keys = self.rank_work(batch)
-        # The busiest rank; linear_time inlined (hot path): every lane's time is
-        # linear(rows) + a * attention keys + b * indexer keys + c * rows.
-        a = self._attn_coef / self._attn_rate
-        b = self._idx_coef / self._idx_rate
+        # NOTE: hot path. The helper methods (linear_time, moe_expert_time, the *_time
+        # communication terms) are inlined through coefficients precomputed from them
+        # (each is linear in its argument); tests check both give the same terms.
+        # The busiest rank: every lane's time is linear(rows) + a * attention keys +
+        # b * indexer keys + c * rows.
+        a = self._a_attn
+        b = self._b_idx
         c = self._elem_s_per_row
         best_t = -1.0
         best = 0
         full = self._linear_s_per_row_saturated
         floor = self._local_weight_s
+        best_lin = 0.0
         for lane, lane_rows in enumerate(rows):
             t = a * attn_keys[lane] + b * idx_keys[lane] + c * lane_rows
             if lane_rows >= GEMM_SATURATION_TOKENS:
                 lin = full * lane_rows
-                t += lin if lin > floor else floor
             elif lane_rows:
                 # Below saturation the ramp gives rows / sqrt(rows / 512).
                 lin = full * sqrt(GEMM_SATURATION_TOKENS * lane_rows)
-                t += lin if lin > floor else floor
+            else:
+                lin = 0.0
+            if lin and lin < floor:
+                lin = floor
+            t += lin
             if t > best_t:
                 best_t = t
                 best = lane
+                best_lin = lin
         busiest_rows = rows[best]
-        linear = self.linear_time(busiest_rows)
-        attention = a * attn_keys[best]
-        indexer = b * idx_keys[best]
-        elementwise = c * busiest_rows
-        rank_s = best_t
-        dp = self.layout.dp_size
-        instance_tokens = tokens * dp
-        experts = self.moe_expert_time(instance_tokens)
-        compute = rank_s + experts
-        comm = self.moe_comm_time(busiest_rows, instance_tokens)
-        if self.layout.two_batch_overlap and comm > 0.0:
-            core = max(compute / (1.0 - self._sm_frac), comm)
+        instance_tokens = tokens * self._dp
+        if instance_tokens > 0 and self._moe_flops_per_pair:
+            per_expert = instance_tokens * self._k_over_e
+            ramp = (
+                1.0
+                if per_expert >= GEMM_SATURATION_TOKENS
+                else max(GEMM_EFF_FLOOR, sqrt(per_expert / GEMM_SATURATION_TOKENS))
+            )
+            experts = self._moe_flops_per_pair * instance_tokens / (self._gemm_rate * ramp)
+            weights = (1.0 - math.exp(instance_tokens * self._log_miss)) * self._moe_weight_s
+            if weights > experts:
+                experts = weights
+        else:
+            experts = 0.0
+        compute = best_t + experts
+        comm = self._comm_per_rank_row * busiest_rows + self._comm_per_token * instance_tokens
+        if self._tbo and comm > 0.0:
+            core = compute / (1.0 - self._sm_frac)
+            if comm > core:
+                core = comm
         else:
             core = compute + comm
-        moe_exposed = core - compute
-        tp = self.tp_comm_time(busiest_rows)
-        gather = self.cp_gather_time(context)
-        if self.layout.cp_kv_prefetch:
+        gather = self._gather_per_token * context
+        if self._prefetch:
             gather = max(0.0, gather - compute)
-        exposed = max(0.0, self.loadback_time(loaded) - core)
-        per_request = self.per_request_s * n_req
+        exposed = self._load_per_token * loaded - core
         parts = {
-            "linear": linear,
-            "attention": attention,
-            "indexer": indexer,
-            "elementwise": elementwise,
+            "linear": best_lin,
+            "attention": a * attn_keys[best],
+            "indexer": b * idx_keys[best],
+            "elementwise": c * busiest_rows,
             "moe_experts": experts,
-            "moe_comm_exposed": moe_exposed,
-            "tp_comm": tp,
+            "moe_comm_exposed": core - compute,
+            "tp_comm": self._tp_per_rank_row * busiest_rows,
             "cp_kv_gather": gather,
-            "loadback_exposed": exposed,
-            "per_request": per_request,
+            "loadback_exposed": exposed if exposed > 0.0 else 0.0,
+            "per_request": self.per_request_s * n_req,
             "per_forward": self.per_forward_s,
         }
         parts["total"] = sum(parts.values())
