@@ -172,18 +172,62 @@ def test_first_request_may_exceed_max_prefill_tokens() -> None:
     alloc_batch(adder, {})
 
 
-@pytest.mark.parametrize("chunk", [None, 1000])
-def test_later_request_stops_with_other_at_input_budget(chunk: int | None) -> None:
-    # rem_input_tokens = 100 - 60 = 40; a candidate with ceil_page(extend) >= 40 is OTHER.
-    # Upstream applies this check before chunking, so it holds with chunking on too.
+def test_later_request_stops_with_other_at_input_budget() -> None:
+    # Chunking off: rem_input_tokens = 100 - 60 = 40; ceil_page(extend) >= 40 is OTHER.
     cache = make_cache(10_000, 4)
-    adder = make_adder(cache, max_prefill_tokens=100, chunked_prefill_size=chunk)
+    adder = make_adder(cache, max_prefill_tokens=100, chunked_prefill_size=None)
     assert add(adder, make_req("a", 60, 4)) is CONT
     before = snapshot(adder)
     assert add(adder, make_req("b", 37, 4)) is OTHER  # ceil_page(37) = 40 >= 40
     assert adder.closed_by is CloseReason.MAX_PREFILL_TOKENS
     assert snapshot(adder) == before
     assert add(adder, make_req("c", 36, 4)) is CONT  # 36 < 40
+    alloc_batch(adder, {})
+
+
+def test_input_budget_not_applied_with_chunking_on() -> None:
+    # Upstream: "Without chunking, allow the first request even above the input cap" --
+    # the per-candidate rem_input_tokens check exists only with chunking off. With
+    # chunking on, rem_chunk_tokens admits or truncates the candidate.
+    cache = make_cache(10_000, 4)
+    adder = make_adder(cache, max_prefill_tokens=100, chunked_prefill_size=1000)
+    assert add(adder, make_req("a", 60, 4)) is CONT  # rem_input 40 > 0
+    big = make_req("b", 500, 4)
+    # ceil_page(500) >= 40 would be OTHER with chunking off; here it fits rem_chunk 940.
+    assert add(adder, big) is OTHER  # admitted; now rem_input <= 0 closes the batch
+    assert adder.can_run_list[-1] is big and big.extend_input_len == 500
+    assert adder.closed_by is CloseReason.MAX_PREFILL_TOKENS
+    alloc_batch(adder, {})
+
+
+def test_input_budget_equal_to_chunk_truncates_the_next_request() -> None:
+    # The example: page 1, max_prefill = chunk = 100; after a 16-token last
+    # chunk the next request is cut to an 84-token chunk (it used to stop the pass).
+    cache = make_cache(10_000, 1)
+    chunked = make_chunked(cache, "c", 116, 100)
+    adder = make_adder(cache, max_prefill_tokens=100, chunked_prefill_size=100)
+    assert add_chunked(adder, chunked) is None  # last chunk: 16 tokens
+    nxt = make_req("n", 300, 1)
+    assert add(adder, nxt) is OTHER  # truncated, then both budgets are used up
+    assert (nxt.prefix_len, nxt.extend_input_len) == (0, 84)
+    assert adder.new_chunked_req is nxt
+    # budget_state tests rem_input before rem_chunk (as upstream).
+    assert adder.closed_by is CloseReason.MAX_PREFILL_TOKENS
+
+
+def test_upstream_log_counters_count_raw_extends_and_no_hit_for_a_continuation() -> None:
+    # Upstream: log_input_tokens += raw extend (budgets take ceil_page(extend));
+    # log_hit_tokens += prefix_len of add_one_req admissions, + 0 in add_chunked_req.
+    cache = make_cache(1000, 4)
+    warm(cache, make_req("w", 16, 4, family="f", shared=4).keys)
+    chunked = make_chunked(cache, "c", 120, 32)
+    adder = make_adder(cache, chunked_prefill_size=400)
+    assert add_chunked(adder, chunked) is None  # 88-token last chunk after 32 computed
+    assert add(adder, make_req("a", 37, 4, family="f", shared=4)) is CONT  # 16 hit, 21 new
+    assert adder.batch_extend_tokens == 88 + 24  # page-ceiled, prefillkit's own
+    assert adder.batch_cached_tokens == 32 + 16  # true prefixes, prefillkit's own
+    assert adder.log_input_tokens == 88 + 21
+    assert adder.log_hit_tokens == 16
     alloc_batch(adder, {})
 
 
@@ -247,7 +291,8 @@ def test_chunked_req_budget_seeded_with_true_prefix() -> None:
     adder = make_adder(cache, make_limits(4, chunked_prefill_size=40, buffer_ctx=ctx))
     assert add_chunked(adder, chunked) is chunked  # still unfinished
     assert (chunked.prefix_len, chunked.extend_input_len) == (64, 40)
-    assert adder.batch_cached_tokens == 64 and adder.log_hit_tokens == 64
+    assert adder.batch_cached_tokens == 64  # prefillkit's tally seeds the true prefix
+    assert (adder.log_hit_tokens, adder.log_input_tokens) == (0, 40)  # upstream's counters
     assert adder.batch_shapes == [BufferReqShape(64, 40, 0)]
     assert adder.batch_buffer_bytes() == estimate_buffer_bytes([BufferReqShape(64, 40, 0)], ctx)
     assert adder.batch_buffer_bytes() > estimate_buffer_bytes([BufferReqShape(0, 40, 0)], ctx)

@@ -152,7 +152,10 @@ def check_batch(sched: Scheduler, batch: PrefillBatch, chunked_before: Request |
     if n == 1:
         return
     assert lim.cp_mode != "bs1"
-    assert sum(exts) < input_budget
+    if lim.chunked_prefill_size is None:  # with chunking on the chunk budget bounds it
+        assert sum(exts) < input_budget
+    else:  # every request but the last joined while the input budget was open
+        assert sum(exts[:-1]) < input_budget
     if lim.cp_mode == "bs_gt1":
         assert lim.cp_max_requests is None or n <= lim.cp_max_requests
         assert cap is None or sum(exts) <= cap
@@ -345,7 +348,9 @@ def test_random_adder_rejections_leave_no_trace_and_batches_allocate(
 #      queued (at the head it blocks FCFS). Such requests never enter the waiting queue,
 #      so they are absent from both sides.
 # Also relied upon: upstream applies the `ceil_page(extend) >= rem_input_tokens` OTHER
-# check to every non-first candidate (its code does so with chunking on as well).
+# check to a non-first candidate only with chunking off ("Without chunking, allow the
+# first request even above the input cap"); with chunking on, rem_chunk_tokens admits or
+# truncates it and only budget_state's `rem_input <= 0` stops the scan.
 @dataclass
 class RefReq:
     rid: str
@@ -419,7 +424,7 @@ def ref_pass(
             units += 1
         prefix, ext, max_new = units * page, q.input_len - units * page, min(q.max_new, clip)
         total = ext + max_new + page
-        if total >= rem_total() or (out and ceil_to(ext, page) >= rem_in):
+        if total >= rem_total() or (rem_ch is None and out and ceil_to(ext, page) >= rem_in):
             break
         lock(q.keys[:units])
         if total >= rem_total():
@@ -535,7 +540,8 @@ def run_equivalence(case: EquivCase) -> int:
 #  p1_input_budget_boundary          ceil(extend) == rem_input is OTHER; one token less is not
 #  p1_memory_test_boundary           prompt + output + page == rem_total is NO_TOKEN (held KV)
 #  p1_first_exceeds_max_prefill      150 alone (> 100), chunking off; 10 next pass
-#  p1_input_budget_with_chunking_on  the rem_input OTHER check also applies with chunking
+#  p1_input_budget_with_chunking_on  no rem_input OTHER check with chunking on: 60 + 500
+#  p1_input_budget_equal_chunk       max_prefill = chunk: the next request is cut after a tail
 #  p1_chunk_cut_first                200 with chunk 64: cuts 64, 64, 64, 8
 #  p1_chunk_cut_after_small          30 then a 70-token cut; continuation next pass
 #  p1_chunked_continuation_followers a tail chunk leaves budget for followers (CP off)
@@ -604,6 +610,14 @@ EQUIV_CASES: list[EquivCase] = [
         100,
         1000,
         [(0, 0, 60, 5, 0, 0), (1, 0, 500, 5, 0, 0), (2, 0, 20, 5, 0, 0)],
+    ),
+    EquivCase(
+        "p1_input_budget_equal_chunk",
+        1,
+        4000,
+        100,
+        100,
+        [(0, 0, 116, 5, 0, 0), (1, 0, 300, 5, 0, 0), (2, 0, 20, 5, 0, 0)],
     ),
     EquivCase(
         "p1_chunk_cut_first", 1, 4000, 16384, 64, [(0, 0, 200, 10, 0, 0), (1, 0, 10, 5, 0, 0)]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 
 from prefillkit.sched.affinity import (
+    AffinityBound,
     AffinityBounds,
     AffinityDecision,
     BatchLead,
     ReqClass,
     classify,
     decide,
+    tripped_bound,
 )
 
 BOUNDS = AffinityBounds()
@@ -132,3 +134,24 @@ def test_classify_uses_given_floor() -> None:
     assert classify(100, 0, 128) is ReqClass.COLD
     assert classify(100, 28, 128) is ReqClass.WARM
     assert classify(0, 0, 0) is ReqClass.WARM
+
+
+@pytest.mark.parametrize(
+    ("skips", "defers", "age", "bound"),
+    [
+        (0, 0, 0.0, None),
+        (15, 2, 4.99, None),
+        (16, 0, 0.0, AffinityBound.WINDOW),
+        (0, 3, 0.0, AffinityBound.DEFERS),
+        (0, 0, 5.0, AffinityBound.AGE),
+        (16, 3, 5.0, AffinityBound.WINDOW),  # W is reported first
+        (0, 3, 9.0, AffinityBound.DEFERS),  # then K, then T
+    ],
+)
+def test_stop_names_the_bound_that_tripped(
+    skips: int, defers: int, age: float, bound: AffinityBound | None
+) -> None:
+    assert tripped_bound(skips, defers, age, BOUNDS) is bound
+    # A bound trips exactly when a cold candidate behind a warm lead is stopped.
+    got = decide(ReqClass.COLD, BatchLead.WARM, skips, defers, age, BOUNDS)
+    assert (got is AffinityDecision.STOP) is (bound is not None)

@@ -117,7 +117,9 @@ class Request:
     owned_end_page: int = 0
     # Output tokens produced so far (colocated decode).
     output_len: int = 0
-    head_defers: int = 0  # passes in which affinity skipped this request
+    # Passes in which affinity skipped (deferred) this request, at any queue position;
+    # the K bound compares it. NOTE: "head" is historical (the knob's name).
+    head_defers: int = 0
     # Last match length in units and the node holding its last unit (the root when
     # nothing matched): the next pass confirms the match from the node alone (see
     # sched/matching.py). NOTE: match_node is a node of the cache of the scheduler the

@@ -67,6 +67,7 @@ KEY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("affinity_skips", "affinity skips", "count"),
     ("affinity_defers", "affinity defers", "count"),
     ("affinity_stops", "affinity stops", "count"),
+    ("empty_passes", "empty admission passes", "count"),
     ("preemptions", "preemptions", "count"),
     ("evicted_pages", "evicted pages", "count"),
     ("sim_duration_s", "simulated duration", "s"),

@@ -163,6 +163,11 @@ class PrefillAdder:
         self.batch_extend_tokens = 0  # page-ceiled, as the CP extend limit counts
         self.batch_cached_tokens = 0  # prefix_len after load-back planning
         self.batch_load_back_tokens = 0
+        # Upstream's counters, as upstream counts them (prefillkit's own tallies above
+        # differ): raw (not page-ceiled) extends, and prefixes of requests admitted by
+        # add_one_req only -- a chunked continuation adds 0 (upstream passes prefix 0).
+        self.log_input_tokens = 0
+        self.log_hit_tokens = 0
         self.closed_by: CloseReason | None = None
 
     # ------------------------------------------------------------------ budgets
@@ -187,14 +192,6 @@ class PrefillAdder:
     @property
     def cur_rem_token_offset(self) -> int:
         return self.batch_extend_tokens + self.page_size * len(self.can_run_list)
-
-    @property
-    def log_hit_tokens(self) -> int:
-        return self.batch_cached_tokens
-
-    @property
-    def log_input_tokens(self) -> int:
-        return self.batch_extend_tokens
 
     @property
     def rem_total_tokens(self) -> float:
@@ -309,6 +306,7 @@ class PrefillAdder:
         self._plan(self._extend_lanes(prefix_len, extend))
         max_new = 0 if truncated else min(req.max_new_tokens, self.limits.clip_max_new_tokens)
         self._update_prefill_budget(prefix_len, extend, max_new)
+        self.log_input_tokens += extend  # log_hit_tokens: + 0 (upstream)
         return req if truncated else None
 
     def _max_allocatable_extend(self, prefix_len: int) -> int:
@@ -386,7 +384,14 @@ class PrefillAdder:
         ):
             return self._close(AddReqResult.NO_TOKEN, CloseReason.MEMORY)
         rem_input = self.input_budget - self.batch_extend_tokens
-        if can_run and -(-(input_len - device_prefix - host_hit) // p) * p >= rem_input:
+        chunk = self.chunk_budget
+        # NOTE: upstream applies the input budget to a non-first candidate only with
+        # chunking off; with chunking on, rem_chunk_tokens admits or truncates it.
+        if (
+            chunk is None
+            and can_run
+            and -(-(input_len - device_prefix - host_hit) // p) * p >= rem_input
+        ):
             return self._close(AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
 
         node = cache.lock(match.device_node, device_units)
@@ -409,10 +414,9 @@ class PrefillAdder:
         prefix_len = device_prefix + loaded
         extend = input_len - prefix_len
         ext = -(-extend // p) * p  # page-ceiled extend, as every budget counts it
-        if can_run and ext >= rem_input:
+        if chunk is None and can_run and ext >= rem_input:
             return self._reject(node, AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
         truncated = False
-        chunk = self.chunk_budget
         if chunk is not None and ext > chunk - self.batch_extend_tokens:
             extend = ext = (chunk - self.batch_extend_tokens) // p * p
             if ext <= 0:
@@ -463,6 +467,8 @@ class PrefillAdder:
         )
         used = self.batch_extend_tokens = self.batch_extend_tokens + ext
         self.batch_cached_tokens += prefix_len
+        self.log_input_tokens += extend
+        self.log_hit_tokens += prefix_len
         if cache.host is not None:
             cache.record_hit(node)
         # budget_state, inlined (x - y <= 0 iff y >= x, also in floating point).

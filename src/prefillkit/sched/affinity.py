@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 __all__ = [
+    "AffinityBound",
     "AffinityBounds",
     "AffinityDecision",
     "BatchLead",
@@ -61,13 +62,22 @@ class AffinityDecision(Enum):
     STOP = "stop"  # end the scan; the candidate stays queued and leads a later batch
 
 
+class AffinityBound(Enum):
+    """The bound that turned a cold candidate's SKIP into a STOP."""
+
+    WINDOW = "W"  # skips this pass reached the skip window
+    DEFERS = "K"  # the candidate was already deferred in K passes
+    AGE = "T"  # the candidate is T seconds old
+
+
 @dataclass(frozen=True, slots=True)
 class AffinityBounds:
     """Bounds on how long a cold candidate may be skipped.
 
     - ``warm_floor_tokens``: device prefix + host hit at or above this is warm.
     - ``skip_window`` (W): skips allowed per admission pass.
-    - ``max_head_defers`` (K): passes a request may be the deferred head.
+    - ``max_head_defers`` (K): passes in which a request may be deferred (skipped; a
+      request is skipped at most once per pass). The name is the config knob's.
     - ``max_age_s`` (T): seconds a request may wait before it can no longer be skipped.
     """
 
@@ -108,8 +118,8 @@ def decide(
     COLD     COLD     ADMIT
     COLD     WARM     SKIP; STOP once any bound trips:
                       ``skips_this_pass >= W`` (the pass's skip window is full),
-                      ``head_defers >= K`` (the candidate was already the
-                      deferred head K passes), ``age_s >= T``
+                      ``head_defers >= K`` (the candidate was already
+                      deferred in K passes), ``age_s >= T``
     ======== ======== ==========================================================
 
     A warm candidate joining a cold-led batch is free density: the cold extend
@@ -126,8 +136,9 @@ def decide(
        the policy off wholesale (a skip must not reorder requests across priority
        classes). There is no per-request priority comparison here.
 
-    ``head_defers`` is the candidate's own defer count (the passes it was already
-    deferred while at the head of the queue); the caller keeps that counter.
+    ``head_defers`` is the candidate's own defer count: the passes in which it was
+    already skipped, wherever it stood in the queue (the name is historical; it is not
+    limited to the queue head). The caller keeps that counter.
     """
     if candidate_class is ReqClass.WARM or batch_lead is not BatchLead.WARM:
         return AffinityDecision.ADMIT
@@ -138,3 +149,21 @@ def decide(
     ):
         return AffinityDecision.STOP
     return AffinityDecision.SKIP
+
+
+def tripped_bound(
+    skips_this_pass: int, head_defers: int, age_s: float, bounds: AffinityBounds
+) -> AffinityBound | None:
+    """Which bound stops a cold candidate behind a warm lead (None: none trips).
+
+    Checked in the order W, K, T (the first that trips is reported), with the same
+    comparisons as :func:`decide`; called only once ``decide`` said STOP, so it costs
+    nothing per candidate.
+    """
+    if skips_this_pass >= bounds.skip_window:
+        return AffinityBound.WINDOW
+    if head_defers >= bounds.max_head_defers:
+        return AffinityBound.DEFERS
+    if age_s >= bounds.max_age_s:
+        return AffinityBound.AGE
+    return None

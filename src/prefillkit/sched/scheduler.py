@@ -27,12 +27,14 @@ from prefillkit.config import Config
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.adder import AddReqResult, AdmissionLimits, CloseReason, PrefillAdder
 from prefillkit.sched.affinity import (
+    AffinityBound,
     AffinityBounds,
     AffinityDecision,
     BatchLead,
     ReqClass,
     classify,
     decide,
+    tripped_bound,
 )
 from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.matching import refresh_match
@@ -56,21 +58,57 @@ class PrefillBatch:
     has_chunked: bool
     waiting_len: int
     policy_used: str
+    # Affinity, this pass: cold requests skipped (W counts them); ``defers`` is the
+    # requests deferred by this pass, equal to ``skips`` by construction (a request is
+    # skipped at most once per pass); ``stops``: 0 or 1, ``stop_bound`` the bound that
+    # tripped ("W", "K" or "T").
     skips: int = 0
     defers: int = 0
     stops: int = 0
+    stop_bound: str | None = None
     preempted: list[Request] = field(default_factory=list)
+    # Upstream's counters as upstream counts them (see PrefillAdder): raw extends, and
+    # prefixes of newly admitted requests (0 for a chunked continuation). prefillkit's
+    # own: ``extend_tokens`` (page-ceiled) and ``cached_tokens`` (true prefixes).
+    log_input_tokens: int = 0
+    log_hit_tokens: int = 0
 
 
 @dataclass(slots=True)
 class SchedulerStats:
+    """Run-long counters. Affinity counters name what they count:
+
+    - ``affinity_skips``: skip decisions (a cold request left queued behind a warm lead);
+      ``affinity_defers``: request-passes deferred, equal to ``affinity_skips`` by
+      construction (kept for its readers); ``affinity_deferred_requests``: distinct
+      requests deferred at least once;
+    - W: ``affinity_skip_passes`` (passes with a skip), ``affinity_max_skips_in_pass``;
+    - K: ``affinity_max_deferred_passes`` (most passes any one request was deferred);
+    - ``affinity_stops`` and, by the bound that tripped, ``affinity_stops_w`` /
+      ``_k`` / ``_t`` (W checked first, then K, then T).
+
+    ``empty_passes``: passes that admitted nothing, by :class:`CloseReason` value (an
+    empty queue, memory, the request-slot limit, or the limit that closed the pass).
+    ``log_input_tokens`` / ``log_hit_tokens``: upstream's counters summed over batches.
+    """
+
     passes: int = 0
     affinity_skips: int = 0
     affinity_defers: int = 0
+    affinity_deferred_requests: int = 0
+    affinity_skip_passes: int = 0
+    affinity_max_skips_in_pass: int = 0
+    affinity_max_deferred_passes: int = 0
     affinity_stops: int = 0
+    affinity_stops_w: int = 0
+    affinity_stops_k: int = 0
+    affinity_stops_t: int = 0
     preemptions: int = 0
     retractions: int = 0
     rejected: int = 0
+    empty_passes: dict[str, int] = field(default_factory=dict)
+    log_input_tokens: int = 0
+    log_hit_tokens: int = 0
 
 
 def build_limits(cfg: Config, buffer_ctx: BufferEstimatorContext | None) -> AdmissionLimits:
@@ -146,6 +184,8 @@ class Scheduler:
         # Requests that tripped an affinity bound lead the next pass.
         self.affinity_promoted: list[Request] = []
         self.stats = SchedulerStats()
+        # Why the last admission pass stopped (for an empty pass: why nothing was admitted).
+        self.last_pass_reason: CloseReason | None = None
 
     # ------------------------------------------------------------------ arrival
     def never_fits_reason(self, req: Request) -> str | None:
@@ -204,9 +244,29 @@ class Scheduler:
         return bool(self._waiting) or self.chunked_req is not None
 
     # ------------------------------------------------------------------ the pass
+    def admission_pass(self, now: float) -> tuple[PrefillBatch | None, CloseReason]:
+        """Run one admission pass; return the batch (None if empty) and why it stopped.
+
+        An empty pass says why nothing was admitted: ``QUEUE_EMPTY``, ``MEMORY``
+        (NO_TOKEN), ``MAX_RUNNING_REQUESTS`` (request-slot limit), or the limit that
+        closed it (OTHER: e.g. ``CHUNK_BUDGET``)."""
+        batch = self.get_new_batch_prefill(now)
+        assert self.last_pass_reason is not None
+        return batch, self.last_pass_reason
+
+    def _empty_pass(self, reason: CloseReason) -> None:
+        """Record a pass that admitted nothing (``last_pass_reason`` + the counter)."""
+        self.last_pass_reason = reason
+        counts = self.stats.empty_passes
+        counts[reason.value] = counts.get(reason.value, 0) + 1
+
     def get_new_batch_prefill(self, now: float) -> PrefillBatch | None:
-        """Run one admission pass. The batch's pages are allocated on return."""
+        """Run one admission pass. The batch's pages are allocated on return.
+
+        None when nothing was admitted; ``last_pass_reason`` then says why (see
+        :meth:`admission_pass`)."""
         if not self._waiting and self.chunked_req is None:
+            self._empty_pass(CloseReason.QUEUE_EMPTY)
             return None
         cfg = self.cfg
         cache = self.cache
@@ -222,7 +282,9 @@ class Scheduler:
         if chunked is not None:
             adder.add_chunked_req(chunked)
             if not adder.can_run_list:
-                return None  # no page can be allocated until in-flight requests finish
+                # No page can be allocated until in-flight requests finish.
+                self._empty_pass(CloseReason.MEMORY)
+                return None
             lead = BatchLead.WARM  # NOTE: a continuation carries its true prefix
         order, policy_used = order_waiting(
             list(self._waiting),
@@ -248,6 +310,7 @@ class Scheduler:
         EMPTY = BatchLead.EMPTY
         skipped: list[Request] = []
         stops = 0
+        stop_bound: AffinityBound | None = None
         preempted: list[Request] = []
         closed: CloseReason | None = None
         slots = self.max_running_requests - len(self.running)
@@ -288,6 +351,9 @@ class Scheduler:
                     continue
                 if decision is AffinityDecision.STOP:
                     stops += 1
+                    stop_bound = tripped_bound(
+                        len(skipped), req.head_defers, now - req.arrival_time, self.affinity_bounds
+                    )
                     self.affinity_promoted.append(req)
                     closed = CloseReason.AFFINITY_STOP
                     break
@@ -327,15 +393,39 @@ class Scheduler:
             held = {id(r) for r in adder.can_run_list} | {id(r) for r in self.affinity_promoted}
             kept = [r for r in promoted if id(r) not in held]
             self.affinity_promoted[:0] = kept
+        if skipped or stops:
+            self._count_affinity(skipped, stop_bound)
+        if not adder.can_run_list:
+            self._empty_pass(closed or CloseReason.QUEUE_EMPTY)
+            return None
+        self.last_pass_reason = closed or CloseReason.QUEUE_EMPTY
+        batch = self._launch(adder, lead, closed, policy_used, len(skipped), stops, preempted, now)
+        batch.stop_bound = None if stop_bound is None else stop_bound.value
+        return batch
+
+    def _count_affinity(self, skipped: list[Request], stop_bound: AffinityBound | None) -> None:
+        """Affinity counters of one pass (see :class:`SchedulerStats`)."""
+        st = self.stats
+        n = len(skipped)
         for req in skipped:
             req.head_defers += 1
-        self.stats.affinity_skips += len(skipped)
-        self.stats.affinity_defers += len({id(r) for r in skipped})
-        self.stats.affinity_stops += stops
-        if not adder.can_run_list:
-            return None
-        batch = self._launch(adder, lead, closed, policy_used, len(skipped), stops, preempted, now)
-        return batch
+            if req.head_defers == 1:
+                st.affinity_deferred_requests += 1
+            if req.head_defers > st.affinity_max_deferred_passes:
+                st.affinity_max_deferred_passes = req.head_defers
+        st.affinity_skips += n
+        st.affinity_defers += n  # one deferral per skipped request and pass
+        if n:
+            st.affinity_skip_passes += 1
+            st.affinity_max_skips_in_pass = max(st.affinity_max_skips_in_pass, n)
+        if stop_bound is not None:
+            st.affinity_stops += 1
+            if stop_bound is AffinityBound.WINDOW:
+                st.affinity_stops_w += 1
+            elif stop_bound is AffinityBound.DEFERS:
+                st.affinity_stops_k += 1
+            else:
+                st.affinity_stops_t += 1
 
     def _launch(
         self,
@@ -377,6 +467,9 @@ class Scheduler:
         self.chunked_req = adder.new_chunked_req or (
             self.chunked_req if can_run and can_run[0] is self.chunked_req else None
         )
+        stats = self.stats
+        stats.log_input_tokens += adder.log_input_tokens
+        stats.log_hit_tokens += adder.log_hit_tokens
         return PrefillBatch(
             reqs=list(adder.can_run_list),
             load_backs=adder.load_backs,
@@ -393,6 +486,8 @@ class Scheduler:
             defers=skips,
             stops=stops,
             preempted=preempted,
+            log_input_tokens=adder.log_input_tokens,
+            log_hit_tokens=adder.log_hit_tokens,
         )
 
     # ------------------------------------------------------------------ completion

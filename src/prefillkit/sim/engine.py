@@ -191,13 +191,28 @@ class Engine:
             if self.on_progress is not None:
                 self.on_progress(self.finished, total)
         partial = self.stop_requested and bool(heap)
+        st = self.sched.stats
         counters = {
-            "affinity_skips": self.sched.stats.affinity_skips,
-            "affinity_defers": self.sched.stats.affinity_defers,
-            "affinity_stops": self.sched.stats.affinity_stops,
-            "preemptions": self.sched.stats.preemptions,
-            "retractions": self.sched.stats.retractions,
-            "admission_passes": self.sched.stats.passes,
+            "affinity_skips": st.affinity_skips,
+            "affinity_defers": st.affinity_defers,  # request-passes deferred (= skips)
+            "affinity_deferred_requests": st.affinity_deferred_requests,
+            "affinity_skip_passes": st.affinity_skip_passes,
+            "affinity_max_skips_in_pass": st.affinity_max_skips_in_pass,
+            "affinity_max_deferred_passes": st.affinity_max_deferred_passes,
+            "affinity_stops": st.affinity_stops,
+            "affinity_stops_w": st.affinity_stops_w,
+            "affinity_stops_k": st.affinity_stops_k,
+            "affinity_stops_t": st.affinity_stops_t,
+            "preemptions": st.preemptions,
+            "retractions": st.retractions,
+            "admission_passes": st.passes,
+            # Passes that admitted nothing, in total and by why (CloseReason values).
+            "empty_passes": sum(st.empty_passes.values()),
+            **{f"empty_passes_{k}": st.empty_passes[k] for k in sorted(st.empty_passes)},
+            # Upstream's log_input_tokens (raw extends) / log_hit_tokens (0 for a chunked
+            # continuation), beside prefillkit's own page-ceiled/true-prefix batch tallies.
+            "upstream_log_input_tokens": st.log_input_tokens,
+            "upstream_log_hit_tokens": st.log_hit_tokens,
             "evicted_pages": self.sched.cache.device_evicted_pages,
             "stuck": 0
             if partial
