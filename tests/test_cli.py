@@ -157,7 +157,7 @@ def test_mooncake_slice_writes_run_dir(mooncake_runs: tuple[Path, Path]) -> None
     out = mooncake_runs[0]
     assert sorted(p.name for p in out.iterdir()) == ["batches.csv", "requests.csv", "summary.json"]
     doc = json.loads((out / "summary.json").read_text())
-    assert set(doc) == SUMMARY_KEYS
+    assert set(doc) == SUMMARY_KEYS | {"files"}  # + the manifest of the CSVs
     assert doc["name"] == "slice" and doc["partial"] is False
     assert doc["workload"]["requests"] == 300
     assert doc["workload"]["format"] == "mooncake"
@@ -427,3 +427,23 @@ def test_sigint_writes_partial_results(tmp_path: Path) -> None:
     assert tuple(header) == REQUEST_COLUMNS
     assert doc["metrics"]["completed"] <= len(rows) < 12031
     assert "(partial)" in stdout
+
+
+@pytest.mark.parametrize(
+    "flags,needles",
+    [
+        (["--tp", "4", "--tp-size", "8"], ("--tp-size: given twice", "--tp")),
+        (["--page-size", "16", "--page-size", "64"], ("--page-size: given twice",)),
+        (["--enable-affinity", "--no-enable-affinity"], ("--no-enable-affinity: given twice",)),
+    ],
+)
+def test_duplicate_or_aliased_flags_are_refused(flags: list[str], needles: tuple[str, ...]) -> None:
+    proc = run_cli("replay", "--agentic-sessions", "2", "-q", *flags)
+    assert_one_line_error(proc, *needles)
+
+
+def test_out_summary_that_is_a_folder_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "run" / "summary.json").mkdir(parents=True)
+    proc = run_cli("replay", "--agentic-sessions", "2", "-q", "--out", tmp_path / "run")
+    assert_one_line_error(proc, "summary.json", "is a folder")
+    assert not (tmp_path / "run" / "requests.csv").exists()

@@ -602,9 +602,15 @@ def test_parse_flags_forms() -> None:
     assert cfg.lpm_fallback_queue_len is None
 
 
-def test_parse_flags_negation_and_last_wins() -> None:
-    parsed = parse_flags(["--no-enable-priority-preemption", "--seed", "1", "--seed=2"])
-    assert parsed.values == {"enable_priority_preemption": False, "seed": 2}
+def test_parse_flags_negation_and_repeats() -> None:
+    parsed = parse_flags(["--no-enable-priority-preemption", "--seed", "1"])
+    assert parsed.values == {"enable_priority_preemption": False, "seed": 1}
+    with pytest.raises(ConfigError, match=r"^--seed: given twice; give each setting once$"):
+        parse_flags(["--seed", "1", "--seed=2"])
+    with pytest.raises(ConfigError, match=r"^--tp-size: given twice \(also given as --tp\)"):
+        parse_flags(["--tp", "4", "--tp-size", "8"])
+    # Layered flags (a compare variant over the shared ones): the last wins.
+    assert parse_flags(["--seed", "1", "--seed=2"], allow_repeats=True).values == {"seed": 2}
     assert parse_flags(["--disable-priority-preemption"]).values == {
         "enable_priority_preemption": False
     }

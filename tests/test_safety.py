@@ -160,19 +160,21 @@ def _write(folder: Path, n: int) -> None:
     write_run(_Result(n), folder, name="t", config=Config(), workload={"source": "x"})  # type: ignore[arg-type]
 
 
-def test_write_run_failing_on_the_last_file_leaves_the_previous_run_whole(
+def test_write_run_failing_mid_set_is_refused_by_readers_never_mixed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """summary.json is written last: when its write fails, the folder still holds the
-    previous run's complete summary (the CSVs are each whole, old or new) and no
-    temporary file."""
+    """The files are a set: when writing fails after the first CSV is in place, the old
+    summary is already gone, so no reader takes the new requests.csv beside the old
+    batches.csv for a run; the folder is refused by name and no temporary is left."""
+    from prefillkit.report.rundir import load_run
+
     out = tmp_path / "run"
     _write(out, 3)
-    old_summary = (out / SUMMARY_FILE).read_text()
+    load_run(out)  # the complete previous set reads back
     real_replace: Callable[..., None] = os.replace
 
     def replace(src: str, dst: str | os.PathLike[str]) -> None:
-        if Path(dst).name == SUMMARY_FILE:
+        if Path(dst).name == BATCHES_FILE:
             raise OSError(5, "Input/output error")
         real_replace(src, dst)
 
@@ -180,12 +182,69 @@ def test_write_run_failing_on_the_last_file_leaves_the_previous_run_whole(
     with pytest.raises(OSError):
         _write(out, 7)
     monkeypatch.undo()
-    assert (out / SUMMARY_FILE).read_text() == old_summary
-    assert json.loads(old_summary)["metrics"]["requests"] == 3
-    lines = (out / REQUESTS_FILE).read_text().splitlines()
-    assert len(lines) in (1 + 3, 1 + 7)  # header + rows: whole, never cut
-    assert (out / BATCHES_FILE).read_text().startswith("batch_id,")
+    with pytest.raises(ValueError, match=r"missing summary\.json"):
+        load_run(out)
     assert _leftovers(out) == []
+
+
+def test_a_changed_csv_is_refused_by_the_manifest(tmp_path: Path) -> None:
+    from prefillkit.report.rundir import load_run
+
+    out = tmp_path / "run"
+    _write(out, 3)
+    _write(tmp_path / "other", 7)
+    os.replace(tmp_path / "other" / REQUESTS_FILE, out / REQUESTS_FILE)  # a mix of two runs
+    with pytest.raises(ValueError, match=r"incomplete run directory \(requests.csv does not"):
+        load_run(out)
+
+
+def test_sigint_while_writing_is_delivered_after_the_set_is_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    from prefillkit.report.rundir import load_run
+
+    out = tmp_path / "run"
+    _write(out, 3)
+    real_replace: Callable[..., None] = os.replace
+    sent = []
+
+    def replace(src: str, dst: str | os.PathLike[str]) -> None:
+        if not sent:  # Ctrl-C the moment the first file goes into place
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(output.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        _write(out, 7)
+    monkeypatch.undo()
+    run_data = load_run(out)  # complete and consistent: the new set
+    assert run_data.num_requests == 7
+    assert _leftovers(out) == []
+
+
+def test_stale_temporaries_of_dead_processes_are_removed(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    dead = out / f".{REQUESTS_FILE}.99999999.deadbeef.tmp"  # pid beyond pid_max
+    dead.write_text("half a file")
+    mine = out / f".{REQUESTS_FILE}.{os.getpid()}.cafe.tmp"  # a live writer's: kept
+    mine.write_text("in progress")
+    unrelated = out / ".notes.txt.1.ab.tmp"
+    unrelated.write_text("not ours")
+    _write(out, 3)
+    assert not dead.exists() and mine.exists() and unrelated.exists()
+
+
+def test_a_target_that_is_a_folder_is_refused_before_writing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    (out / SUMMARY_FILE).mkdir(parents=True)
+    with pytest.raises(IsADirectoryError) as info:
+        _write(out, 3)
+    assert info.value.filename == str(out / SUMMARY_FILE)
+    assert not (out / REQUESTS_FILE).exists() and _leftovers(out) == []
 
 
 def test_cli_out_leaves_no_temporary_files(

@@ -1259,6 +1259,8 @@ def knobs_cmd(markdown: bool) -> None:
 
 def _os_reason(exc: OSError) -> str:
     reason = exc.strerror or str(exc)
+    if exc.strerror and exc.filename:
+        reason = f"{exc.filename}: {reason}"
     return " ".join(reason.split())
 
 

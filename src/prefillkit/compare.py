@@ -366,7 +366,7 @@ def prepare_variants(
             own = parse_flags(list(v.flags))  # the variant's own mistakes, before combining
             file_flags = _settings_flags(_toml_settings(v.config_file)) if v.config_file else []
             args = [*shared_flags, *file_flags, *_settings_flags(v.settings), *v.flags]
-            cfg, _ = build_config(shared_config, args)
+            cfg, _ = build_config(shared_config, args, allow_repeats=True)  # layered
             Engine(cfg, [])  # deployment checks (GPU preset, buffer limit, pool sizes)
         except ValueError as exc:  # ConfigError, SimConfigError, InputError, ...
             raise VariantError(prefix + " ".join(str(exc).split())) from None

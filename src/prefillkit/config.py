@@ -876,7 +876,7 @@ def _parse_value(flag: str, name: str, text: str) -> object:
     return word
 
 
-def parse_flags(argv: list[str]) -> ParsedFlags:
+def parse_flags(argv: list[str], *, allow_repeats: bool = False) -> ParsedFlags:
     """Parse SGLang-spelled flags into ``{field: typed value}`` plus the ignored flags.
 
     Forms: ``--flag value``, ``--flag=value``; booleans bare (``--flag``), ``--flag=false``,
@@ -884,9 +884,22 @@ def parse_flags(argv: list[str]) -> ParsedFlags:
     Aliases: ``--tp``/``--tensor-parallel-size`` → tp_size, ``--attn-cp-size`` → cp_size,
     ``--disaggregation-mode prefill`` → mode pd-prefill (``null`` leaves mode alone),
     ``--disable-priority-preemption`` → enable_priority_preemption false. Values are typed
-    but not range-checked (``Config`` does that). The last occurrence of a flag wins.
+    but not range-checked (``Config`` does that). A setting given twice, by the same flag
+    or by two spellings of it (``--tp 4 --tp-size 8``), is refused naming both, unless
+    ``allow_repeats`` (layered flags, e.g. a compare variant's on top of the shared ones:
+    then the last occurrence wins).
     """
     result = ParsedFlags()
+    given: dict[str, str] = {}
+
+    def put(name: str, flag: str, value: object) -> None:
+        if not allow_repeats and name in given:
+            first = given[name]
+            also = "" if first == flag else f" (also given as {first})"
+            raise ConfigError(f"{flag}: given twice{also}; give each setting once")
+        given[name] = flag
+        result.values[name] = value
+
     i = 0
     n = len(argv)
     while i < n:
@@ -924,24 +937,24 @@ def parse_flags(argv: list[str]) -> ParsedFlags:
         name = _FLAG_TO_FIELD.get(flag) or _ALIASES.get(flag)
         if name is not None:
             if _FIELD_TYPES[name][0] is bool:
-                result.values[name] = bool_value()
+                put(name, flag, bool_value())
             else:
-                result.values[name] = _parse_value(flag, name, take_value())
+                put(name, flag, _parse_value(flag, name, take_value()))
             continue
         if flag.startswith("--no-") and _FLAG_TO_FIELD.get("--" + flag[5:]) is not None:
             neg = _FLAG_TO_FIELD["--" + flag[5:]]
             if _FIELD_TYPES[neg][0] is bool:
                 if has_inline:
                     raise ConfigError(f"{flag}: takes no value")
-                result.values[neg] = False
+                put(neg, flag, False)
                 continue
         if flag == "--disable-priority-preemption":
-            result.values["enable_priority_preemption"] = not bool_value()
+            put("enable_priority_preemption", flag, not bool_value())
             continue
         if flag == "--disaggregation-mode":
             mode = take_value().strip().lower()
             if mode == "prefill":
-                result.values["mode"] = "pd-prefill"
+                put("mode", flag, "pd-prefill")
             elif mode not in _NULL_WORDS:
                 raise ConfigError(
                     f"--disaggregation-mode: {mode!r} is not supported "

@@ -156,14 +156,17 @@ def build_config(
     flag_args: Sequence[str],
     *,
     use_deployment_defaults: bool = True,
+    allow_repeats: bool = False,
 ) -> tuple[Config, list[str]]:
     """``(Config, ignored SGLang flags)`` from a TOML file and SGLang-spelled flags.
 
     Precedence (lowest first): ``Config`` defaults, :data:`DEFAULT_DEPLOYMENT` (see
     :func:`deployment_defaults`; skipped with ``use_deployment_defaults=False``), the
-    TOML file, the flags. Raises ``ConfigError`` (one line, names the flag or key).
+    TOML file, the flags. Raises ``ConfigError`` (one line, names the flag or key); a
+    setting given twice in ``flag_args`` is refused unless ``allow_repeats`` (layered
+    flags, the last wins).
     """
-    parsed = parse_flags(list(flag_args))
+    parsed = parse_flags(list(flag_args), allow_repeats=allow_repeats)
     if config_path is not None:
         _check_workload_layout(config_path)
     file_values = _toml_table(config_path) if config_path is not None else {}

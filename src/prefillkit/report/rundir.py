@@ -14,6 +14,7 @@ Problems are reported as one-line :class:`ValueError` messages naming the offend
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -140,11 +141,39 @@ def load_run(path: str | Path) -> RunData:
     if not root.is_dir():
         raise ValueError(f"not a run directory (expected a folder): {root}")
     summary = _read_summary(root / SUMMARY_FILE)
+    _check_manifest(root, summary)
     requests = _read_csv(root / REQUESTS_FILE, REQUEST_COLUMNS, _REQUIRED_REQUEST_COLUMNS)
     batches = _read_csv(root / BATCHES_FILE, BATCH_COLUMNS, _REQUIRED_BATCH_COLUMNS)
     raw_name = summary.get("name")
     name = str(raw_name) if raw_name not in (None, "") else root.name
     return RunData(name=name, summary=summary, requests=requests, batches=batches, path=root)
+
+
+def _check_manifest(root: Path, summary: dict[str, Any]) -> None:
+    """The CSVs must be the ones ``summary.json``'s manifest names (``"files"``: byte size
+    and SHA-256, written last by :func:`prefillkit.sim.output.write_run`); a folder whose
+    files do not match was interrupted while being written. Older run folders without a
+    manifest are accepted as they are."""
+    files = summary.get("files")
+    if files is None:
+        return
+    if not isinstance(files, dict):
+        raise ValueError(f"corrupt {SUMMARY_FILE} ('files' must be an object): {root}")
+    for name, entry in files.items():
+        path = root / str(name)
+        if not isinstance(entry, dict) or "sha256" not in entry:
+            raise ValueError(f"corrupt {SUMMARY_FILE} (bad manifest entry {name!r}): {root}")
+        try:
+            data = path.read_bytes()
+        except OSError:
+            raise ValueError(
+                f"incomplete run directory (missing {name}, named by {SUMMARY_FILE}): {root}"
+            ) from None
+        if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise ValueError(
+                f"incomplete run directory ({name} does not match {SUMMARY_FILE}: the run was "
+                f"interrupted while writing or the file was changed): {path}"
+            )
 
 
 def _read_summary(file: Path) -> dict[str, Any]:

@@ -8,7 +8,8 @@ Layout of ``summary.json`` (read back by :mod:`prefillkit.report.rundir`)::
       "config": {...},          # describe(cfg): every Config field by FIELD name, resolved
       "deployment": {...},      # result.deployment (pool pages, host pages, key unit, GPUs)
       "workload": {...},        # what was replayed (source, request count, options)
-      "metrics": {...}          # result.summary, minus wall-clock fields
+      "metrics": {...},         # result.summary, minus wall-clock fields
+      "files": {...}            # manifest: {"requests.csv": {"bytes", "sha256"}, ...}
     }
 
 Determinism: the same input and seed give byte-identical files. Floats are written with
@@ -27,20 +28,33 @@ Partial runs: ``requests.csv`` holds the requests that had been scheduled, finis
 rejected when the run stopped (requests still waiting in the queue, or not yet arrived,
 are left out); ``summary.json`` says ``"partial": true``.
 
-Every file is written atomically: to a temporary file in the same folder, flushed, then
-``os.replace`` d over the target, so a reader never sees half a file. The CSVs are written
-first and ``summary.json`` last.
+The three files are written as a set: all three go to temporary files in the same folder
+(flushed and fsynced) first; then, with SIGINT held back, the previous ``summary.json`` is
+removed, the CSVs are ``os.replace`` d into place and ``summary.json`` comes last. The
+summary carries a manifest, ``"files"``: the byte size and SHA-256 of each CSV, and a
+reader (:func:`prefillkit.report.rundir.load_run`) refuses a folder whose CSVs do not match
+it. So a run killed while writing leaves either the previous complete set or a folder the
+readers reject by name ("interrupted while writing"), never a silent mix; a Ctrl-C in the
+writing window is delivered after the set is complete. Temporary files left by a killed
+run (``.requests.csv.<pid>.<hex>.tmp``) are removed by the next write into the folder when
+their process is gone. A target that exists as a folder is refused before anything is
+written, naming the file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
+import hashlib
 import io
 import json
 import math
 import os
+import re
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+import signal
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +69,11 @@ __all__ = [
     "SUMMARY_FILE",
     "WALL_CLOCK_FIELDS",
     "atomic_write_text",
+    "file_manifest",
     "json_ready",
+    "remove_stale_temporaries",
     "summary_document",
+    "write_file_set",
     "write_run",
 ]
 
@@ -125,23 +142,131 @@ def _csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same folder."""
-    target = Path(path)
+def _temp_path(target: Path) -> Path:
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _write_temp(target: Path, text: str) -> Path:
+    """``text`` (UTF-8) in a fresh, fsynced temporary file beside ``target``; its path."""
     # A fresh name opened with "x" (not mkstemp) so the file gets the umask's permissions.
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = _temp_path(target)
     try:
         with open(tmp, "x", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    return tmp
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same folder."""
+    target = Path(path)
+    tmp = _write_temp(target, text)
+    try:
         os.replace(tmp, target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink_quietly(tmp)
         raise
+
+
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.tmp$")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists but not ours (EPERM): alive
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: Path, names: Iterable[str]) -> list[Path]:
+    """Remove ``.NAME.<pid>.<hex>.tmp`` files in ``folder`` whose process is gone."""
+    wanted = set(names)
+    removed: list[Path] = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _TEMP_NAME.match(entry.name)
+        if m is None or m.group("name") not in wanted or _pid_alive(int(m.group("pid"))):
+            continue
+        with contextlib.suppress(OSError):
+            entry.unlink()
+            removed.append(entry)
+    return removed
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Hold SIGINT back until the block ends, then deliver it to the previous handler.
+
+    A Python-level handler (not ``pthread_sigmask``): it works whichever thread the
+    kernel picks for a process-directed signal. A no-op off the main thread.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        if callable(previous):
+            previous(signal.SIGINT, caught[0])
+        elif previous == signal.default_int_handler or previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+
+def file_manifest(texts: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """``{file name: {"bytes": size, "sha256": hex}}`` of UTF-8 ``texts``."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, text in texts.items():
+        data = text.encode("utf-8")
+        out[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return out
+
+
+def write_file_set(folder: Path, texts: Mapping[str, str], last: str) -> None:
+    """Write ``texts`` (file name -> text) into ``folder`` as one set; ``last`` (the
+    manifest) is removed first and written last. See the module docstring."""
+    for name in texts:
+        target = folder / name
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(target))
+    remove_stale_temporaries(folder, texts)
+    temps: dict[str, Path] = {}
+    try:
+        for name, text in texts.items():
+            temps[name] = _write_temp(folder / name, text)
+        with _sigint_held():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(folder / last)
+            for name, tmp in temps.items():
+                if name != last:
+                    os.replace(tmp, folder / name)
+            os.replace(temps[last], folder / last)
+    finally:
+        for tmp in temps.values():
+            if tmp.exists():
+                _unlink_quietly(tmp)
 
 
 def _written_requests(result: SimResult) -> list[Request]:
@@ -190,7 +315,7 @@ def write_run(
     columns = batch_columns(result.trace.keys)
     batches_text = _csv_text(columns, _batch_rows(result))
     doc = summary_document(result, name=name, config=config, workload=workload)
+    csvs = {REQUESTS_FILE: requests_text, BATCHES_FILE: batches_text}
+    doc["files"] = file_manifest(csvs)
     summary_text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
-    atomic_write_text(out / REQUESTS_FILE, requests_text)
-    atomic_write_text(out / BATCHES_FILE, batches_text)
-    atomic_write_text(out / SUMMARY_FILE, summary_text)
+    write_file_set(out, {**csvs, SUMMARY_FILE: summary_text}, last=SUMMARY_FILE)
