@@ -244,12 +244,105 @@ def test_selective_write_through_after_hits() -> None:
     keys = chain(1, 2)
     compute_and_insert(cache, keys)
     assert cache.host is not None and cache.host.used_pages == 0
-    for _ in range(2):
-        m = cache.match(keys, 2)
-        node = cache.lock(m.device_node, m.device_units)
-        cache.record_hit(node)
-        cache.unlock(node)
+    m = cache.match(keys, 2)
+    node = cache.lock(m.device_node, m.device_units)
+    cache.record_hit(node)
+    cache.unlock(node)
     assert cache.host.used_pages == 2
+    check_invariants(cache, [])
+
+
+def test_selective_write_through_counts_a_hit_on_create_and_each_reinsert() -> None:
+    """Upstream counts a hit when a node is created and again each time a request
+    caches it: with threshold 2 the second request caching a prefix backs it up
+    (issue 14, item 4), whether it reused the prefix or computed it again."""
+    cache = make_cache(host_pages=16, policy="write_through_selective")
+    assert cache.host is not None and cache.host.write_through_threshold == 2
+    keys = chain(1, 2)
+    compute_and_insert(cache, keys)  # creates the node: 1 hit
+    (node,) = cache.root.children.values()
+    assert node.hit_count == 1 and not node.on_host
+    m = cache.match(keys, 2)  # the second request reuses it (admission counts it)
+    pin = cache.lock(m.device_node, m.device_units)
+    cache.record_hit(pin)
+    cache.unlock(pin)
+    assert node.hit_count == 2 and node.on_host and cache.host.used_pages == 2
+    check_invariants(cache, [])
+    # Two requests computing the same new prefix (both missed it): the second insert
+    # walks the first one's node, a re-insert, and counts the second hit.
+    k2 = chain(5, 6, 7)
+    pins = []
+    for _ in range(2):
+        m = cache.match(k2, 3)
+        assert m.units == 0
+        assert cache.alloc_pages(0, 3) is not None
+        pins.append(cache.root)
+    n1 = cache.insert(pins[0], k2, 0, 3)
+    assert n1.hit_count == 1 and not n1.on_host
+    n2 = cache.insert(pins[1], k2, 0, 3)
+    assert n2 is n1 and n1.hit_count == 2 and n1.on_host
+    cache.unlock(n1)
+    cache.unlock(n2)
+    check_invariants(cache, [])
+    # Threshold 1: backed up by the request that creates it.
+    one = PrefixCache(KVPool(64, 4), 4, HostTier(16, "write_through_selective", 1))
+    compute_and_insert(one, chain(9))
+    assert one.host is not None and one.host.used_pages == 1
+
+
+def test_selective_write_through_chunks_count_once_per_request() -> None:
+    """A chunked request's later inserts count only the nodes past its earlier ones
+    (upstream ``inserted_len``)."""
+    cache = make_cache(host_pages=16, policy="write_through_selective")
+    keys = chain(1, 2, 3, 4)
+    assert cache.alloc_pages(0, 2) is not None
+    a = cache.insert(cache.root, keys, 0, 2)  # first chunk
+    assert cache.alloc_pages(2, 2) is not None
+    b = cache.insert(a, keys, 2, 4)  # second chunk: a is not counted again
+    assert a.hit_count == 1 and b.hit_count == 1 and cache.host is not None
+    assert cache.host.used_pages == 0
+    cache.unlock(b)
+    check_invariants(cache, [])
+
+
+def test_rejected_candidate_unlock_keeps_lru_order() -> None:
+    """A lock undone before any other cache operation (a candidate rejected after its
+    prefix was locked) leaves LRU order, tree and counts as they were (issue 14,
+    item 6); an unlock after other operations refreshes the prefix (MRU end)."""
+    cache = make_cache()
+    compute_and_insert(cache, chain(1, 2, 3, 4))
+    compute_and_insert(cache, chain(5, 6))
+    compute_and_insert(cache, chain(7))
+
+    def snap() -> tuple[object, ...]:
+        return (
+            [(n.start, n.end, n.keys[0]) for n in cache.lru_order()],
+            dict(cache.index),
+            cache.evictable_pages,
+            cache.protected_pages,
+            list(cache.evictable_lanes),
+        )
+
+    before = snap()
+    keys = chain(1, 2, 3, 4)
+    for units in (4, 2):  # 2: the lock splits the node; the undo merges it back
+        m = cache.match(keys, units)
+        node = cache.lock(m.device_node, units)
+        assert cache.evictable_pages == before[2] - units  # type: ignore[operator]
+        check_invariants(cache, [])
+        cache.unlock(node)
+        check_invariants(cache, [])
+        assert snap() == before
+    assert len(cache.root.children) == 3
+    (head,) = [n for n in cache.root.children.values() if n.keys[0] == keys[0]]
+    assert (head.start, head.end) == (0, 4)
+    # A committed lock (another operation ran) refreshes on unlock: MRU end.
+    m = cache.match(keys, 4)
+    node = cache.lock(m.device_node, 4)
+    other = cache.lock(cache.match(chain(7), 1).device_node, 1)
+    cache.unlock(other)
+    cache.unlock(node)
+    assert [n.keys[0] for n in cache.lru_order()][-1] == keys[0]
     check_invariants(cache, [])
 
 

@@ -12,6 +12,9 @@ from prefillkit.cache import HostTier, KVPool, PrefixCache, check_invariants
 from prefillkit.config import Config
 from prefillkit.request import Request
 from prefillkit.sched.policy import (
+    IN_BATCH_HEAD,
+    in_batch_head_from_blocks,
+    in_batch_head_from_tokens,
     order_dfs_weight,
     order_fcfs,
     order_lof,
@@ -223,6 +226,61 @@ def test_lpm_in_batch_check_with_page_size_one() -> None:
     assert rids(order_lpm(q, cache)) == ["a", "b", "d", "c"]
 
 
+def mk_head(rid: str, tokens: list[int], t: float, page: int) -> Request:
+    """A request built with its in-batch head (the first 32 tokens), as upstream compares."""
+    r = mk(rid, tokens, t, page=page)
+    r.extra[IN_BATCH_HEAD] = in_batch_head_from_tokens(tokens)
+    return r
+
+
+def test_lpm_in_batch_deprioritises_prompts_sharing_32_tokens_at_page_64() -> None:
+    """Upstream matches a waiting prompt token by token against the earlier ones: two
+    prompts sharing 40 tokens share >= 32, whatever the page size (issue 14, item 5)."""
+    cache = make_cache(page_size=64)
+    s = seq(1, 40)
+    q = [
+        mk_head("a", s + seq(2, 100), 0.0, 64),
+        mk_head("b", s + seq(3, 100), 1.0, 64),  # shares 40 tokens: deprioritised
+        mk_head("c", s[:31] + seq(4, 100), 2.0, 64),  # shares 31: not
+        mk_head("d", seq(5, 20), 3.0, 64),  # shorter than 32 tokens: never
+    ]
+    assert rids(order_lpm(q, cache)) == ["a", "c", "d", "b"]
+    # Without its head a request falls back to its first key (64 tokens here): the
+    # 40-token share goes unseen, a 64-token share is still caught.
+    q = [mk("a", s + seq(2, 100), 0.0, page=64), mk("b", s + seq(3, 100), 1.0, page=64)]
+    assert rids(order_lpm(q, cache)) == ["a", "b"]
+    q.append(mk("e", s + seq(2, 100)[:24] + seq(6, 50), 2.0, page=64))  # shares 64 with a
+    q.insert(0, mk("f", seq(7, 70), -1.0, page=64))
+    assert rids(order_lpm(q, cache)) == ["f", "a", "b", "e"]
+
+
+def test_in_batch_head_from_blocks_names_the_first_32_tokens() -> None:
+    assert in_batch_head_from_blocks([1, 2, 3], 48, 16) == in_batch_head_from_blocks(
+        [1, 2, 9], 48, 16
+    )
+    assert in_batch_head_from_blocks([1, 2], 40, 16) != in_batch_head_from_blocks([1, 5], 40, 16)
+    assert in_batch_head_from_blocks([1], 30, 512) is None  # shorter than 32 tokens
+    assert in_batch_head_from_blocks([7, 8], 1000, 512) == in_batch_head_from_blocks(
+        [7, 9], 1000, 512
+    )
+    assert in_batch_head_from_tokens(list(range(31))) is None
+
+
+def test_lpm_in_batch_check_uses_the_device_match_as_upstream() -> None:
+    """The <= 32-token check reads the device prefix (upstream ``req.prefix_len``): a
+    request with a long host hit but no device match is still checked."""
+    cache = make_cache(total_pages=16, host_pages=64)
+    h = seq(1, 40)
+    compute_and_insert(cache, h)  # 10 pages written through to host
+    assert cache.evict_tokens(10_000) == 10  # host only
+    q = [
+        mk("h1", h + seq(2, 8), 0.0),  # host 40, device 0: checked, first of its head
+        mk("h2", h + seq(3, 8), 1.0),  # host 40, device 0: shares 32 tokens -> last
+        mk("cold", seq(4, 40), 2.0),
+    ]
+    assert rids(order_lpm(q, cache)) == ["h1", "cold", "h2"]
+
+
 def test_lpm_falls_back_to_fcfs_above_the_queue_limit() -> None:
     cache = make_cache()
     compute_and_insert(cache, seq(1, 40))
@@ -300,18 +358,59 @@ def test_dfs_weight_heaviest_subtree_first_node_after_children() -> None:
     assert snapshot(cache) == before
 
 
-def test_dfs_weight_weight_beats_arrival_and_ties_keep_arrival() -> None:
-    cache, a, b, c, d = _dfs_tree()
+def test_dfs_weight_ties_keep_the_tree_children_order_not_the_queue_order() -> None:
+    """Upstream sorts a node's children by weight, stable on ``node.children`` (creation
+    order): equal-weight siblings never follow the queue."""
+    cache, a, b, c, d = _dfs_tree()  # root's children: A then D; A's: B then C
     q = [
         mk("b1", a + b + seq(10, 4), 0.0),  # B weight 1, arrived first
         mk("d1", d + seq(11, 4), 1.0),  # D weight 2
-        mk("c1", a + c + seq(12, 4), 2.0),  # C weight 1 (tie with B: B first)
+        mk("c1", a + c + seq(12, 4), 2.0),  # C weight 1 (tie with B: B, created first)
         mk("d2", d + seq(13, 4), 3.0),
     ]
-    # root: A (2) vs D (2) tie -> A (its earliest request b1 came first).
+    # root: A (2) vs D (2) tie -> A (created first).
     assert rids(order_dfs_weight(q, cache)) == ["b1", "c1", "d1", "d2"]
-    q2 = [q[1], q[0], q[2], q[3]]  # d1 now waits longest: D first on the tie
-    assert rids(order_dfs_weight(q2, cache)) == ["d1", "d2", "b1", "c1"]
+    q2 = [q[1], q[2], q[0], q[3]]  # d1 and c1 now wait longest: still A, then B first
+    assert rids(order_dfs_weight(q2, cache)) == ["b1", "c1", "d1", "d2"]
+    q3 = [q[0], q[1], q[3]]  # D (2) outweighs A (1)
+    assert rids(order_dfs_weight(q3, cache)) == ["d1", "d2", "b1"]
+
+
+def test_dfs_weight_tie_order_survives_splits_and_follows_recreation() -> None:
+    """A split parent takes its child's slot among the siblings; a node dropped and
+    created again goes last (as a dict re-insert does upstream)."""
+    cache = make_cache(total_pages=12)
+    x, y = seq(1, 16), seq(2, 16)
+    compute_and_insert(cache, x)  # root: X then Y
+    compute_and_insert(cache, y)
+    compute_and_insert(cache, x[:8] + seq(3, 8))  # splits X at 2 pages: X' keeps X's slot
+    q = [mk("y", y + seq(4, 4), 0.0), mk("x", x[:8] + seq(5, 8), 1.0)]
+    assert rids(order_dfs_weight(q, cache)) == ["x", "y"]
+    # Evict everything and cache Y, then X again: root's children are now Y then X.
+    cache.evict_tokens(10_000)
+    compute_and_insert(cache, y)
+    compute_and_insert(cache, x)
+    q = [mk("x", x + seq(6, 4), 0.0), mk("y", y + seq(7, 4), 1.0)]
+    assert rids(order_dfs_weight(q, cache)) == ["y", "x"]
+    check_invariants(cache, [])
+
+
+def test_dfs_weight_host_hit_sits_at_its_device_node() -> None:
+    """Upstream groups a request by ``last_node`` (device match): a host hit below it
+    neither adds weight to the host nodes nor moves the request."""
+    cache = make_cache(total_pages=16, host_pages=64)
+    h = seq(1, 16)
+    compute_and_insert(cache, h)  # written through to host
+    assert cache.evict_tokens(10_000) == 4  # host only now
+    d = seq(2, 16)
+    compute_and_insert(cache, d)
+    q = [
+        mk("d1", d + seq(3, 4), 0.0),
+        mk("h1", h + seq(4, 4), 1.0),  # host hit: at the root
+        mk("h2", h + seq(5, 4), 2.0),  # host hit: at the root
+    ]
+    # root's own requests come after its children's: D (1) first, then h1, h2.
+    assert rids(order_dfs_weight(q, cache)) == ["d1", "h1", "h2"]
 
 
 def test_dfs_weight_match_ending_inside_a_node_comes_after_deeper_matches() -> None:

@@ -205,7 +205,7 @@ class Config:
         "hicache",
     )
     hicache_write_through_threshold: int = _knob(
-        2, "Hits before a write_through_selective backup.", "hicache"
+        2, "Hits (requests caching the prefix) before a write_through_selective backup.", "hicache"
     )
     hicache_load_back_threshold: int = _knob(
         10, "Host hits shorter than this many tokens are not loaded back.", "hicache"

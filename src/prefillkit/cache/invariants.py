@@ -104,9 +104,13 @@ def check_invariants(
         _fail("evictable + protected != cached")
     if evictable != cache.evictable_lanes:
         _fail(f"evictable lanes {cache.evictable_lanes} != tree {evictable}")
-    if set(cache.lru) != expect_lru:
+    lru = cache.lru_order()
+    if set(lru) != expect_lru or len(lru) != len(expect_lru):
         _fail("device LRU is not exactly the unlocked device nodes")
-    pos = {n: i for i, n in enumerate(cache.lru)}
+    for n in cache.lru:
+        if n.lock_ref and n not in cache._tentative_fresh:
+            _fail(f"locked node {n} in the device LRU outside a tentative lock")
+    pos = {n: i for i, n in enumerate(lru)}
     for n, i in pos.items():
         p = n.parent
         if p in pos and pos[p] < i:

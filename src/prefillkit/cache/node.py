@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from itertools import count
+
+# Creation order of nodes (process wide). NOTE: a node's ``seq`` orders it among its
+# siblings exactly as its parent's ``children`` dict does: a new child is appended with
+# a fresh (larger) seq, and a split parent takes over its child's slot and seq.
+_SEQ = count()
+
 
 class Node:
     """A run of ``len(keys)`` key units starting at unit ``start`` of every path through it.
@@ -22,6 +29,7 @@ class Node:
         "on_device",
         "on_host",
         "parent",
+        "seq",
         "start",
     )
 
@@ -47,6 +55,7 @@ class Node:
         self.on_device = True
         self.on_host = False
         self.hit_count = 0
+        self.seq = next(_SEQ)
 
     def __repr__(self) -> str:
         where = ("D" if self.on_device else "") + ("H" if self.on_host else "")

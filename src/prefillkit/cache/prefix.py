@@ -80,6 +80,11 @@ class PrefixCache:
         self.protected_pages = 0
         self.evictable_lanes = [0] * pool.cp_size
         self.device_evicted_pages = 0  # cumulative
+        # The last lock, while nothing else has touched the cache since (see lock()):
+        # its node, the nodes it took from 0 to 1 lock (still in ``lru``), its split.
+        self._tentative: Node | None = None
+        self._tentative_fresh: list[Node] = []
+        self._tentative_split: Node | None = None
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -144,16 +149,27 @@ class PrefixCache:
         """Lock the device path ending at unit ``units`` inside ``node``; return its node.
 
         ``node`` must be device resident. Splits ``node`` when ``units`` ends inside it.
+
+        The lock is *tentative* until the next other cache operation: an :meth:`unlock`
+        of the returned node before that undoes it exactly (no LRU refresh, the split
+        merged back), so a candidate rejected after its prefix was locked leaves the
+        cache as it found it. Meanwhile the nodes it locked stay in ``lru`` (in place);
+        the evictable/protected counts change at once, and any other operation first
+        commits the lock (removes them from ``lru``).
         """
+        if self._tentative is not None:
+            self._commit()
         if units == 0:
             return self.root
+        split: Node | None = None
         if units < node.end:
-            node = self._split(node, units)
+            node = split = self._split(node, units)
         locked = node
         root = self.root
+        fresh: list[Node] = []
         while node is not root:
             if node.lock_ref == 0:
-                del self.lru[node]
+                fresh.append(node)  # NOTE: left in the LRU until committed
                 self.evictable_pages -= node.n_pages
                 self.protected_pages += node.n_pages
                 ev = self.evictable_lanes
@@ -161,11 +177,77 @@ class PrefixCache:
                     ev[i] -= n
             node.lock_ref += 1
             node = node.parent  # type: ignore[assignment]
+        self._tentative = locked
+        self._tentative_fresh = fresh
+        self._tentative_split = split
         return locked
 
+    def _commit(self) -> None:
+        """Make the tentative lock final: its newly locked nodes leave the LRU."""
+        lru = self.lru
+        for n in self._tentative_fresh:
+            del lru[n]
+        self._tentative = None
+        self._tentative_fresh = []
+        self._tentative_split = None
+
+    def _undo_lock(self) -> None:
+        """Undo the tentative lock: counts back, LRU untouched, its split merged back."""
+        node = self._tentative
+        root = self.root
+        ev = self.evictable_lanes
+        while node is not root:
+            assert node is not None
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                self.evictable_pages += node.n_pages
+                self.protected_pages -= node.n_pages
+                for i, n in enumerate(node.lane_pages):
+                    ev[i] += n
+            node = node.parent
+        if self._tentative_split is not None:
+            self._merge_into_child(self._tentative_split)
+        self._tentative = None
+        self._tentative_fresh = []
+        self._tentative_split = None
+
+    def _merge_into_child(self, p: Node) -> None:
+        """Undo :meth:`_split`: ``p``'s only child takes back ``p``'s units and slot."""
+        (child,) = p.children.values()
+        child.keys = p.keys + child.keys
+        child.start = p.start
+        child.n_pages += p.n_pages
+        child.lane_pages = [a + b for a, b in zip(child.lane_pages, p.lane_pages, strict=True)]
+        parent = p.parent
+        assert parent is not None
+        parent.children[p.keys[0]] = child  # NOTE: same key, so the same slot
+        child.parent = parent
+        index = self.index
+        for key in p.keys:
+            index[key] = child
+        self.lru.pop(p, None)
+        if self.host is not None:
+            self.host.lru.pop(p, None)
+        # NOTE: p is out of the tree: on neither tier, so a match hint on it is stale.
+        p.on_device = p.on_host = False
+        p.parent = None
+        p.children = {}
+
     def unlock(self, node: Node) -> None:
-        if node is not self.root:
-            self._dec_lock(node)
+        if node is self.root:
+            return
+        if node is self._tentative:
+            self._undo_lock()
+            return
+        if self._tentative is not None:
+            self._commit()
+        self._dec_lock(node)
+
+    def lru_order(self) -> list[Node]:
+        """The device LRU, least recent first: exactly the unlocked device nodes."""
+        if self._tentative is not None:
+            return [n for n in self.lru if n.lock_ref == 0]
+        return list(self.lru)
 
     def _dec_lock(self, node: Node) -> None:
         root = self.root
@@ -182,7 +264,17 @@ class PrefixCache:
             node = node.parent  # type: ignore[assignment]
 
     def record_hit(self, node: Node) -> None:
-        """Count an admitted hit on the path to ``node`` (selective write-through)."""
+        """Count one hit on every node of the path to ``node``: an admitted request
+        reuses that cached prefix (selective write-through).
+
+        A node's ``hit_count`` is the number of requests that cached its prefix, as
+        upstream counts on insert: 1 for the request that creates the node (see
+        :meth:`insert`), +1 for each later request that reuses the prefix (counted here,
+        at admission) or computes it again (counted in :meth:`insert`). So with
+        threshold 2 the second request caching a prefix triggers its host backup.
+        """
+        if self._tentative is not None:
+            self._commit()
         host = self.host
         if host is None or host.write_policy != "write_through_selective":
             return  # NOTE: hit counts only drive selective write-through
@@ -192,6 +284,14 @@ class PrefixCache:
             if not node.on_host and node.hit_count >= threshold:
                 self._backup(node)
             node = node.parent  # type: ignore[assignment]
+
+    def _insert_hit(self, node: Node) -> None:
+        """The inserting request caches ``node``'s prefix: count its hit (selective)."""
+        host = self.host
+        if host is not None and host.write_policy == "write_through_selective":
+            node.hit_count += 1
+            if not node.on_host and node.hit_count >= host.write_through_threshold:
+                self._backup(node)
 
     # ------------------------------------------------------------------ structure
     def _split(self, node: Node, units: int) -> Node:
@@ -211,6 +311,7 @@ class PrefixCache:
         p.on_device = node.on_device
         p.on_host = node.on_host
         p.hit_count = node.hit_count
+        p.seq = node.seq  # NOTE: P takes NODE's slot among its siblings
         node.keys = node.keys[j:]
         node.start = units
         node.n_pages -= p_pages
@@ -238,6 +339,8 @@ class PrefixCache:
         pages; the rest become new nodes. The lock moves to the new deepest node, which
         is returned.
         """
+        if self._tentative is not None:
+            self._commit()
         if locked.end != from_units:
             raise ValueError(f"insert from unit {from_units} but lock ends at {locked.end}")
         pool = self.pool
@@ -257,8 +360,11 @@ class PrefixCache:
                 for key in new.keys:
                     index[key] = new
                 self._add_evictable(new)
-                if self.host is not None and self.host.write_policy == "write_through":
-                    self._backup(new)
+                if self.host is not None:
+                    if self.host.write_policy == "write_through":
+                        self._backup(new)
+                    else:
+                        self._insert_hit(new)  # the creating request's hit
                 node = new
                 break
             limit = min(len(child.keys), to_units - d)
@@ -276,10 +382,13 @@ class PrefixCache:
                 if self.host is not None:
                     self.host.lru.pop(child, None)
                 self._add_evictable(child)
+            if self.host is not None:
+                self._insert_hit(child)  # computed again: a re-insert counts a hit
             node = child
             d = child.end
         if node is not locked:
             self.lock(node, node.end)
+            self._commit()  # NOTE: the lock moves; it is not a candidate's tentative lock
             self.unlock(locked)
         return node
 
@@ -300,6 +409,8 @@ class PrefixCache:
 
     def evict_for(self, lanes: list[int]) -> bool:
         """Evict LRU device nodes until every lane has ``lanes[i]`` free pages."""
+        if self._tentative is not None:
+            self._commit()
         free = self.pool.free
         lru = self.lru
         rng = range(len(lanes))
@@ -312,6 +423,8 @@ class PrefixCache:
 
     def evict_tokens(self, num_tokens: int) -> int:
         """Evict at least ``num_tokens`` tokens of unlocked device pages; return pages freed."""
+        if self._tentative is not None:
+            self._commit()
         freed = 0
         need = -(-num_tokens // self.page_size)
         while freed < need and self.lru:
@@ -331,6 +444,8 @@ class PrefixCache:
     def alloc_lanes(self, lanes: list[int]) -> bool:
         """Allocate ``lanes[i]`` request-owned pages in each owner lane, evicting LRU
         nodes as needed. All or nothing."""
+        if self._tentative is not None:
+            self._commit()
         if self.pool.alloc_owned(lanes):
             return True
         if not self.can_make_room(lanes):
@@ -411,6 +526,8 @@ class PrefixCache:
         and the caller's lock has moved to ``LoadBack.deepest``; on failure nothing
         changed (apart from a possible split) and None is returned.
         """
+        if self._tentative is not None:
+            self._commit()
         if units < host_node.end:
             host_node = self._split(host_node, units)
         path: list[Node] = []
@@ -437,11 +554,14 @@ class PrefixCache:
             self._add_evictable(n)
             pages += n.n_pages
         self.lock(host_node, host_node.end)
+        self._commit()  # NOTE: the lock moves; it is not a candidate's tentative lock
         self.unlock(device_node)
         return LoadBack(host_node, device_node, pages, pages * self.page_size)
 
     def finish_load_back(self, lb: LoadBack) -> None:
         """The transfer completed: release the host locks taken by :meth:`load_back`."""
+        if self._tentative is not None:
+            self._commit()
         host = self.host
         assert host is not None
         n = lb.deepest

@@ -7,6 +7,11 @@ so cache-aware ordering stays cheap on long queues (see benchmarks/RESULTS.md).
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
+
+import xxhash
+
 from prefillkit.cache.node import Node
 from prefillkit.cache.prefix import PrefixCache
 from prefillkit.request import Request
@@ -37,27 +42,74 @@ def order_priority(
     return sorted(waiting, key=lambda r: (sign * r.priority, r.arrival_time))
 
 
+IN_BATCH_HEAD = "in_batch_head"
+"""``Request.extra`` key of a prompt's in-batch head: :func:`in_batch_head_from_tokens`
+or :func:`in_batch_head_from_blocks` of its first 32 tokens (None: shorter prompt)."""
+
+
+def in_batch_head_from_tokens(tokens: Sequence[int]) -> int | None:
+    """Hash of the first 32 tokens (upstream's deprioritise threshold), or None."""
+    t = IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD
+    if len(tokens) < t:
+        return None
+    return xxhash.xxh3_64_intdigest(array("I", tokens[:t]).tobytes())
+
+
+def in_batch_head_from_blocks(
+    hash_ids: Sequence[int], input_len: int, block_size: int
+) -> int | None:
+    """Head of a block-hashed prompt: the ids of the blocks holding its first 32 tokens.
+
+    NOTE: a block id names the block's whole content, so two prompts share their first
+    32 tokens iff these ids are equal (blocks of >= 32 tokens: the first id)."""
+    t = IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD
+    n = -(-t // block_size)
+    if input_len < t or len(hash_ids) < n:
+        return None
+    mask = (1 << 64) - 1
+    return xxhash.xxh3_64_intdigest(array("Q", [int(x) & mask for x in hash_ids[:n]]).tobytes())
+
+
 def order_lpm(waiting: list[Request], cache: PrefixCache) -> list[Request]:
     """Longest matched prefix (device + host) first, with in-batch prefix deprioritising.
 
-    A request whose match is short (<= 32 tokens) but whose first 32 tokens equal those
-    of an earlier such waiting request is deprioritised: that prefix will be computed
-    by the earlier one, so it is better served after it (upstream's in-batch caching).
-    Since keys identify whole prefixes, "shares >= 32 tokens with a waiting prompt" is
-    one set lookup of the key covering token 32.
+    Upstream's in-batch prefix caching: a request whose *device* match is short
+    (<= 32 tokens) is compared with the earlier such waiting prompts that were not
+    deprioritised; if it shares >= 32 tokens with one of them it is deprioritised
+    (that prefix will be computed by the earlier one, so it is better served after it),
+    otherwise it joins them. Sharing >= 32 tokens with some prompt is having the same
+    first 32 tokens, so the comparison is one set lookup of the request's *head*:
+    ``req.extra[IN_BATCH_HEAD]`` when the request was built with it (exact at any page
+    size), else its key chain's key of the first 32 tokens, which is exact when the key
+    unit divides 32 tokens (page 1/16/32) and otherwise the key of the first unit
+    holding token 32 (equal keys share >= 32 tokens; prompts sharing fewer tokens than
+    that unit are not detected without their head).
     """
     kt = cache.key_tokens
+    check = IN_BATCH_PREFIX_CHECK_THRESHOLD
     probe = -(-IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD // kt) - 1  # unit holding token 32
-    seen: set[int] = set()
+    seen: set[object] = set()
     scored: list[tuple[int, int, Request]] = []
     for i, req in enumerate(waiting):
-        matched = refresh_match(cache, req) * kt
-        if matched <= IN_BATCH_PREFIX_CHECK_THRESHOLD and len(keys := req.keys) > probe:
-            key = keys[probe]
-            if key in seen:
-                scored.append((1, i, req))  # deprioritised: after every other request
-                continue
-            seen.add(key)
+        c = refresh_match(cache, req)
+        matched = c * kt
+        if matched > check:
+            n = req.match_node
+            if n is not None and not n.on_device:  # a host hit: compare the device part
+                dev = cache.match_node(n, c).device_units * kt
+            else:
+                dev = matched
+        else:
+            dev = matched
+        if dev <= check:
+            head: object = req.extra.get(IN_BATCH_HEAD) if req.extra else None
+            if head is None and len(keys := req.keys) > probe:
+                head = keys[probe]
+            if head is not None:
+                if head in seen:
+                    scored.append((1, i, req))  # deprioritised: after every other request
+                    continue
+                seen.add(head)
         scored.append((-matched, i, req))
     scored.sort()  # (score, position) are unique: the request itself is never compared
     return [t[2] for t in scored]
@@ -66,19 +118,27 @@ def order_lpm(waiting: list[Request], cache: PrefixCache) -> list[Request]:
 def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request]:
     """Walk the prefix tree heaviest subtree first; emit a node's requests after its children's.
 
-    Node weight = number of waiting requests whose match ends in its subtree. Only the
-    weighted part of the tree is visited: O(queue x path depth), not O(tree). Siblings
-    of equal weight keep the order of their earliest waiting request.
+    As upstream: a request sits at the node of its *device* match (upstream's
+    ``last_node``; a host hit does not move it), node weight = number of waiting requests
+    whose device match ends in its subtree, and siblings of equal weight keep the order
+    of their parent's ``children`` (creation order, :attr:`Node.seq`), not the order of
+    the queue. Only the weighted part of the tree is visited: O(queue x path depth),
+    not O(tree).
 
     A match that ends inside a path-compressed node ends at a node of its own upstream
     (matching splits the node there), which is the parent of the rest of the node: so a
-    node's requests are emitted deepest match first (stable for ties).
+    node's requests are emitted deepest match first, then in queue order.
     """
     root = cache.root
     by_node: dict[Node, list[tuple[int, Request]]] = {}
     for req in waiting:
         c = refresh_match(cache, req)
-        by_node.setdefault(req.match_node, []).append((c, req))  # type: ignore[arg-type]
+        node = req.match_node
+        assert node is not None  # NOTE: refresh_match sets it
+        if not node.on_device:  # a host hit: upstream's last_node is the device part
+            m = cache.match_node(node, c)
+            node, c = m.device_node, m.device_units
+        by_node.setdefault(node, []).append((c, req))
     weight: dict[Node, int] = {}
     kids: dict[Node, list[Node]] = {}
     for node, node_reqs in by_node.items():
@@ -113,12 +173,12 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
         stack.append((node, True))
         children = kids.get(node)
         if children:
-            # Heaviest first, ties by first appearance (``kids`` is in that order):
-            # push in reverse so the first one is popped first.
+            # Heaviest first, ties in the parent's children order: push in reverse so
+            # the first one is popped first.
             if len(children) == 1:
                 stack.append((children[0], False))
             else:
-                children.sort(key=lambda c: -weight[c])
+                children.sort(key=lambda c: (-weight[c], c.seq))
                 stack.extend([(c, False) for c in reversed(children)])
     return out
 
