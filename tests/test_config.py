@@ -170,7 +170,7 @@ def test_refuses_out_of_range(flag: str, kwargs: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("flag", "kwargs"),
     [
-        ("--schedule-policy", {"schedule_policy": "random"}),
+        ("--schedule-policy", {"schedule_policy": "hrrn"}),
         ("--hicache-write-policy", {"hicache_write_policy": "write_sometimes"}),
         ("--mode", {"mode": "decode"}),
         ("--kv-cache-dtype", {"kv_cache_dtype": "fp4_e2m1"}),

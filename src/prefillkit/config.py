@@ -60,7 +60,7 @@ class ConfigError(ValueError):
     """An impossible or malformed setting. The message is one line naming the flag/key."""
 
 
-SCHEDULE_POLICIES: tuple[str, ...] = ("fcfs", "lpm", "dfs-weight", "lof")
+SCHEDULE_POLICIES: tuple[str, ...] = ("fcfs", "lpm", "dfs-weight", "lof", "random")
 PRIORITY_POLICIES: tuple[str, ...] = ("fcfs", "lof")
 WRITE_POLICIES: tuple[str, ...] = ("write_through", "write_through_selective", "write_back")
 MODES: tuple[str, ...] = ("pd-prefill", "colocated")

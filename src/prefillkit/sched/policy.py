@@ -1,4 +1,4 @@
-"""Waiting-queue ordering policies: fcfs, lpm, dfs-weight, lof, and priority.
+"""Waiting-queue ordering policies: fcfs, lpm, dfs-weight, lof, random, and priority.
 
 Each policy is a function of the queue and the cache that returns a new order and
 mutates nothing. Matching is a binary search over each request's precomputed key chain,
@@ -7,6 +7,8 @@ so cache-aware ordering stays cheap on long queues (see benchmarks/RESULTS.md).
 
 from __future__ import annotations
 
+import random
+import weakref
 from array import array
 from collections.abc import Sequence
 
@@ -30,6 +32,24 @@ def order_fcfs(waiting: list[Request]) -> list[Request]:
 def order_lof(waiting: list[Request]) -> list[Request]:
     """Longest output first (stable for ties)."""
     return sorted(waiting, key=lambda r: -r.max_new_tokens)
+
+
+# One generator per cache (= per scheduler), created from the seed on first use: a run's
+# sequence of shuffles is a function of its seed alone.
+_RANDOM: weakref.WeakKeyDictionary[PrefixCache, tuple[int, random.Random]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def order_random(waiting: list[Request], cache: PrefixCache, seed: int) -> list[Request]:
+    """A uniform shuffle (upstream ``random``), deterministic for a given seed: the
+    scheduler's passes draw from one generator seeded with ``seed``."""
+    state = _RANDOM.get(cache)
+    if state is None or state[0] != seed:
+        state = _RANDOM[cache] = (seed, random.Random(seed))
+    out = list(waiting)
+    state[1].shuffle(out)
+    return out
 
 
 def order_priority(
@@ -191,8 +211,9 @@ def order_waiting(
     priority: bool = False,
     low_priority_values_first: bool = False,
     lpm_fallback_queue_len: int | None = None,
+    seed: int = 0,
 ) -> tuple[list[Request], str]:
-    """Order the queue; returns (order, policy actually used)."""
+    """Order the queue; returns (order, policy actually used). ``seed`` seeds ``random``."""
     if priority:
         return order_priority(
             waiting, low_values_first=low_priority_values_first, lof=policy == "lof"
@@ -207,4 +228,6 @@ def order_waiting(
         return order_lpm(waiting, cache), "lpm"
     if policy == "dfs-weight":
         return order_dfs_weight(waiting, cache), "dfs-weight"
+    if policy == "random":
+        return order_random(waiting, cache, seed), "random"
     raise ValueError(f"unknown schedule policy {policy!r}")
