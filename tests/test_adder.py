@@ -28,7 +28,13 @@ from conftest import (
 from prefillkit.cache import PrefixCache, check_invariants
 from prefillkit.models import get_model
 from prefillkit.request import Request
-from prefillkit.sched.adder import AddReqResult, AdmissionLimits, CloseReason, PrefillAdder
+from prefillkit.sched.adder import (
+    AddReqResult,
+    AdmissionLimits,
+    CloseReason,
+    PrefillAdder,
+    ignore_eos_fits,
+)
 from prefillkit.sched.buffer import BufferEstimatorContext, BufferReqShape, estimate_buffer_bytes
 
 CONT = AddReqResult.CONTINUE
@@ -950,3 +956,48 @@ def test_rejected_candidate_leaves_no_trace(case: str) -> None:
     assert snapshot(adder) == before
     if adder.cache.pool.owned == [0] * adder.cache.cp_size:
         alloc_batch(adder, {})  # what was admitted before is still allocatable
+
+
+# ============================================================== ignore_eos admission
+@pytest.mark.parametrize(
+    ("cur_rem", "states", "fits"),
+    [
+        (100.0, [], True),
+        (100.0, [(0.0, 50)], True),  # nothing left to decode: ignored
+        (100.0, [(99.0, 10)], False),  # 100 - 99 <= 1
+        (100.0, [(98.0, 10)], True),
+        # two requests: first 40 each (80 <= 100 - 2), then the second 50 more after
+        # the first frees 30: 100 + 30 - 50 = 80 > 1.
+        (100.0, [(40.0, 30), (50.0, 5)], True),
+        (100.0, [(49.0, 30), (50.0, 5)], False),  # 100 - 2 x 49 = 2 <= 2
+    ],
+)
+def test_ignore_eos_reserves_the_full_output_table(
+    cur_rem: float, states: list[tuple[float, int]], fits: bool
+) -> None:
+    assert ignore_eos_fits(cur_rem, states) is fits
+
+
+def test_ignore_eos_reserves_the_full_output() -> None:
+    # 1000 tokens, output clipped at 100: an ignore_eos request of 100 tokens with 950
+    # output tokens passes the clipped memory test (100 + 100 + 4 < 1000 - 60) but not
+    # the full-output rule: 896 left; the running request (60 left at ratio 0.1) ends
+    # first and frees 8, then 896 + 8 - 950 <= 1.
+    def adder_for(on: bool) -> PrefillAdder:
+        cache = make_cache(250, 4)
+        running = [running_req("d", 600, 0)]
+        limits = make_limits(4, ignore_eos_admission=on, clip_max_new_tokens=100)
+        return make_adder(cache, limits, running, ratio=0.1)
+
+    for on in (False, True):
+        adder = adder_for(on)
+        req = make_req("i", 100, 4, max_new=950, ignore_eos=True)
+        before = snapshot(adder)
+        res = add(adder, req)
+        if on:
+            assert res is NO_TOKEN and snapshot(adder) == before
+        else:
+            assert res is CONT and adder.can_run_list == [req]
+    # A non-ignore_eos request is unaffected by the knob.
+    adder = adder_for(True)
+    assert add(adder, make_req("n", 100, 4, max_new=950)) is CONT

@@ -335,18 +335,11 @@ def test_random_adder_rejections_leave_no_trace_and_batches_allocate(
 # Reference model of upstream SGLang 0.5.23's PrefillAdder + the FCFS scan, written from
 # UPSTREAM.md only (CP off, no host tier, key unit = one page). Inputs are a snapshot of
 # the cache at the start of the pass: free pages, device-resident keys, keys locked by
-# requests that hold KV. The documented deviations of prefillkit (marked D1/D2 in the code;
-# D3 is outside the pass):
-#   D1 (page > 1 only) the continuation of a chunked request is page-aligned down (never
-#      below one page) -- SPEC §2 requires page-aligned chunk cuts; upstream takes
-#      min(rem_chunk, rem_total) unaligned. A no-op at page size 1 (the default).
-#   D2 a continuation never takes more pages than exist (free + evictable); with none,
-#      the pass is empty. Upstream takes rem_chunk_tokens whenever rem_total <= 0 and
-#      would fail to allocate it (cf. sglang#13698).
-#   D3 a request that can never fit (prompt + clipped output + page >= pool tokens, or
-#      prompt + whole output > pool pages) is rejected on arrival; upstream keeps it
-#      queued (at the head it blocks FCFS). Such requests never enter the waiting queue,
-#      so they are absent from both sides.
+# requests that hold KV. prefillkit's deliberate deviations are the rows of the README's
+# "Deviations from upstream SGLang" table; those that show in a pass are marked D1/D2 in
+# the code below (D1: chunked continuation page-aligned down; D2: a continuation never takes
+# more pages than exist); the arrival rejection (D3) is outside the pass: requests that can
+# never fit never enter the waiting queue, so they are absent from both sides.
 # Also relied upon: upstream applies the `ceil_page(extend) >= rem_input_tokens` OTHER
 # check to a non-first candidate only with chunking off ("Without chunking, allow the
 # first request even above the input cap"); with chunking on, rem_chunk_tokens admits or

@@ -1115,3 +1115,83 @@ def test_non_empty_pass_reason_matches_batch_closed_by() -> None:
     batch, reason = s.admission_pass(0.0)
     assert batch is not None and batch.closed_by == reason.value == "max_prefill_tokens"
     assert s.stats.empty_passes == {}
+
+
+# ---------------------------------------------------------------- arrival rejection
+def test_arrival_rejects_only_what_can_never_pass_the_memory_test() -> None:
+    # The example (page 1): a 485-token prompt with 8,540 output tokens in a
+    # 7,841-token pool: the reservation is clipped at 4096, so it waits and is admitted.
+    s = Scheduler(make_cfg(page_size=1), 7841, 1, reserve_decode=False)
+    req = Request.from_tokens("r", seq(1, 485), page_size=1, max_new_tokens=8540)
+    assert s.add_request(req) is None
+    b = s.get_new_batch_prefill(0.0)
+    assert b is not None and b.reqs == [req]
+    # Boundary: prompt + min(max_new, 4096) + page < pool tokens is the memory test.
+    for n, ok in ((7841 - 4096 - 1 - 1, True), (7841 - 4096 - 1, False)):
+        s = Scheduler(make_cfg(page_size=1), 7841, 1, reserve_decode=False)
+        r = Request.from_tokens("b", seq(2, n), page_size=1, max_new_tokens=9000)
+        reason = s.add_request(r)
+        assert (reason is None) is ok
+        if ok:  # what is accepted passes on the empty pool
+            assert s.get_new_batch_prefill(0.0) is not None
+        else:
+            assert reason is not None and "memory test can never pass" in reason
+            assert "clipped at 4096" in reason
+
+
+def test_arrival_rejects_a_prompt_its_cp_owner_lanes_cannot_hold() -> None:
+    cfg = make_cfg(tp_size=2, cp_size=2, enable_cp_shared_kv=True)
+    s = Scheduler(cfg, 20, PAGE, reserve_decode=False)  # 2 lanes of 10 pages
+    assert s.pool.capacity == [10, 10]
+    reason = s.add_request(mk("lanes", seq(1, 21 * PAGE), out=0))  # lane 0 needs 11
+    assert reason is not None and "2 owner lanes" in reason
+    assert s.add_request(mk("fits", seq(2, 10 * PAGE), out=0)) is None
+
+
+def test_colocated_whole_output_over_the_pool_is_rejected_deviation() -> None:
+    # Deviation (README): with decode reservation the whole sequence must fit.
+    s = make_sched(pages=100, clip_max_new_tokens=100)  # 400 tokens
+    # 40 + min(400, 100) + 4 < 400 passes the memory test; 40 + 400 > 400 never decodes.
+    reason = s.add_request(mk("long", seq(1, 40), out=400))
+    assert reason is not None and "decode could never finish" in reason
+    s2 = make_sched(pages=100, clip_max_new_tokens=100, reserve_decode=False)
+    assert s2.add_request(mk("long", seq(1, 40), out=400)) is None
+
+
+def test_preemption_only_when_victims_free_enough_for_the_memory_test() -> None:
+    # The example: page 4, 100 pages, max_running_requests 2, priority on; hi
+    # (200 tokens, 100 out, priority 100) and lo (40, 10, priority 0) decode; h (100,
+    # 100, priority 50) outranks lo, but lo's pages and reservation cannot make room
+    # for h: no preemption, lo keeps its progress.
+    s = make_sched(pages=100, enable_priority_scheduling=True, max_running_requests=2)
+    hi = mk("hi", seq(1, 200), 0.0, out=100, prio=100)
+    lo = mk("lo", seq(2, 40), 0.0, out=10, prio=0)
+    for r in (hi, lo):
+        assert s.add_request(r) is None
+    b = s.get_new_batch_prefill(0.0)
+    assert b is not None and rids(b.reqs) == ["hi", "lo"]
+    for r in s.prefill_done(b, 0.0):
+        s.start_decode(r)
+    s.decode_step(0.5)
+    h = mk("h", seq(3, 100), 1.0, out=100, prio=50)
+    assert s.add_request(h) is None
+    batch, reason = s.admission_pass(1.0)
+    s.check()
+    assert batch is None and reason is CloseReason.MAX_RUNNING_REQUESTS
+    assert s.stats.preemptions == 0 and lo.status is ReqStatus.DECODING and lo.output_len == 2
+    # With room for h once lo is gone (a larger pool), lo is preempted and h admitted.
+    s = make_sched(pages=140, enable_priority_scheduling=True, max_running_requests=2)
+    hi = mk("hi", seq(1, 200), 0.0, out=100, prio=100)
+    lo = mk("lo", seq(2, 40), 0.0, out=10, prio=0)
+    for r in (hi, lo):
+        s.add_request(r)
+    b = s.get_new_batch_prefill(0.0)
+    assert b is not None
+    for r in s.prefill_done(b, 0.0):
+        s.start_decode(r)
+    s.decode_step(0.5)
+    h = mk("h", seq(3, 100), 1.0, out=100, prio=50)
+    s.add_request(h)
+    batch = s.get_new_batch_prefill(1.0)
+    s.check()
+    assert batch is not None and rids(batch.reqs) == ["h"] and batch.preempted == [lo]

@@ -186,6 +186,14 @@ class Config:
         "request.",
         "priority",
     )
+    enable_ignore_eos_admission: bool = _knob(
+        False,
+        "Upstream's add_one_req_ignore_eos test for ignore_eos requests: the whole output "
+        "(not clipped, ratio 1.0) of every running and admitted request must fit the "
+        "current free + evictable tokens as requests finish (upstream takes this path only "
+        "with the radix cache disabled; here it is added to the normal test).",
+        "scheduler",
+    )
 
     # ----------------------------------------------------------------- hicache
     enable_hierarchical_cache: bool = _knob(

@@ -29,6 +29,31 @@ from prefillkit.request import Request
 from prefillkit.sched.buffer import BufferEstimatorContext, BufferReqShape, estimate_buffer_bytes
 
 
+def ignore_eos_fits(
+    cur_rem_tokens: float, states: list[tuple[float, int]], reserve_tokens: int = 1
+) -> bool:
+    """Upstream's ``add_one_req_ignore_eos`` memory rule, a pure function.
+
+    ``cur_rem_tokens``: current free + evictable tokens minus this pass's admissions
+    (the candidate's ``ceil_page(extend) + page`` included); ``states``: per request
+    (the candidate, the running ones, the admitted ones) ``(tokens_left, tokens_occupied)``
+    with ``tokens_left = max_new x ratio - output`` (ratio 1.0 for ignore_eos; whole,
+    not clipped) and ``tokens_occupied = input + output``. Requests finish in order of
+    tokens left; before the i-th finishes, the ``bs`` still running each need
+    ``tokens_left_i`` more tokens: ``cur_rem + freed - tokens_left_i x bs`` must stay
+    above ``reserve_tokens x bs`` (upstream ``IGNORE_EOS_RESERVE_TOKENS`` = 1).
+    """
+    live = sorted((s for s in states if s[0] > 0), key=lambda s: s[0])
+    freed = 0
+    n = len(live)
+    for i, (left, occupied) in enumerate(live):
+        bs = n - i
+        if cur_rem_tokens + freed - left * bs <= reserve_tokens * bs:
+            return False
+        freed += occupied
+    return True
+
+
 class AddReqResult(Enum):
     CONTINUE = "continue"
     NO_TOKEN = "no_token"
@@ -67,6 +92,8 @@ class AdmissionLimits:
     cp_max_cached_tokens: int | None = None
     cp_max_buffer_size: int | None = None
     cp_prefill_mix_chunked: bool = False
+    # ignore_eos requests also pass upstream's add_one_req_ignore_eos rule.
+    ignore_eos_admission: bool = False
     # Host hits shorter than this are not loaded back (upstream: 10 tokens).
     load_back_threshold: int = 10
     buffer_ctx: BufferEstimatorContext | None = None
@@ -124,6 +151,7 @@ class PrefillAdder:
         self.limits = limits
         self.page_size = limits.page_size
         self.new_token_ratio = new_token_ratio
+        self.running = running
         # NOTE: the per-batch budgets are derived, not decremented: rem_input_tokens =
         # input_budget - batch_extend_tokens, rem_chunk_tokens = chunk_budget -
         # batch_extend_tokens, cur_rem_token_offset = batch_extend_tokens + page per
@@ -416,6 +444,8 @@ class PrefillAdder:
         ext = -(-extend // p) * p  # page-ceiled extend, as every budget counts it
         if chunk is None and can_run and ext >= rem_input:
             return self._reject(node, AddReqResult.OTHER, CloseReason.MAX_PREFILL_TOKENS)
+        if req.ignore_eos and limits.ignore_eos_admission and not self._ignore_eos_ok(req, ext):
+            return self._reject(node, AddReqResult.NO_TOKEN, CloseReason.MEMORY)
         truncated = False
         if chunk is not None and ext > chunk - self.batch_extend_tokens:
             extend = ext = (chunk - self.batch_extend_tokens) // p * p
@@ -480,6 +510,17 @@ class PrefillAdder:
         if chunk is not None and used >= chunk:
             return self._close(AddReqResult.OTHER, CloseReason.CHUNK_BUDGET)
         return AddReqResult.CONTINUE
+
+    def _ignore_eos_ok(self, req: Request, ext: int) -> bool:
+        """``ignore_eos_fits`` for candidate ``req`` (page-ceiled extend ``ext``)."""
+        ratio = self.new_token_ratio
+
+        def state(r: Request) -> tuple[float, int]:
+            left = r.max_new_tokens * (1.0 if r.ignore_eos else ratio) - r.output_len
+            return (left, r.input_len + r.output_len)
+
+        states = [state(req), *map(state, self.running), *map(state, self.can_run_list)]
+        return ignore_eos_fits(self.cur_rem_tokens - ext - self.page_size, states)
 
     def _reject(self, node: Node, result: AddReqResult, reason: CloseReason) -> AddReqResult:
         """Reject the candidate whose prefix ``node`` is locked: unlock, close the batch."""

@@ -22,14 +22,16 @@ def pick_victims(
     threshold: int,
     low_values_first: bool,
     reserved: Callable[[Request], float] | None = None,
+    held: Callable[[Request], float] | None = None,
 ) -> list[Request]:
     """Victims for ``req``: lowest priority first, then newest, while the priority
     difference exceeds ``threshold``, until ``slots_needed`` slots and ``tokens_needed``
     tokens are freed. Returns [] if the need cannot be met (all or nothing).
 
-    A victim frees the KV it holds (prompt + output tokens) plus, when ``reserved`` is
-    given, the decode room the admission budget reserves for it (``reserved(victim)``
-    tokens), since preempting it releases that reservation too.
+    A victim frees the KV it holds (``held(victim)`` tokens: by default prompt + output
+    tokens; the scheduler passes what actually becomes free or evictable) plus, when
+    ``reserved`` is given, the decode room the admission budget reserves for it
+    (``reserved(victim)`` tokens), since preempting it releases that reservation too.
 
     A pure function: the caller evicts the victims.
     """
@@ -46,7 +48,9 @@ def pick_victims(
             break
         victims.append(r)
         slots += 1
-        tokens += r.input_len + r.output_len + (reserved(r) if reserved is not None else 0)
+        tokens += (r.input_len + r.output_len if held is None else held(r)) + (
+            reserved(r) if reserved is not None else 0
+        )
     if slots < slots_needed or tokens < tokens_needed:
         return []
     return victims

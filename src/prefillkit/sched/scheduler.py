@@ -127,6 +127,7 @@ def build_limits(cfg: Config, buffer_ctx: BufferEstimatorContext | None) -> Admi
         cp_max_cached_tokens=cfg.cp_shared_kv_prefill_max_cached_tokens,
         cp_max_buffer_size=cfg.cp_shared_kv_prefill_max_buffer_size,
         cp_prefill_mix_chunked=cfg.cp_prefill_mix_chunked,
+        ignore_eos_admission=cfg.enable_ignore_eos_admission,
         load_back_threshold=cfg.hicache_load_back_threshold,
         buffer_ctx=buffer_ctx,
         staging_identity=cfg.staging_identity() if cfg.cp_prefill_mix_chunked else None,
@@ -189,21 +190,45 @@ class Scheduler:
 
     # ------------------------------------------------------------------ arrival
     def never_fits_reason(self, req: Request) -> str | None:
-        """Why ``req`` can never be admitted (None if it can)."""
+        """Why ``req`` can never be admitted (None if it can); the reason says which test.
+
+        Rejected on arrival is only what can never pass admission even on an empty pool:
+
+        - the admission memory test ``prompt + min(max_new, clip) + one page <
+          rem_total_tokens`` (a cached prefix does not help: under its lock it leaves
+          the evictable pool by as much as it shortens the extend);
+        - with CP, the prompt's pages must fit their owner lanes (page j in lane j mod R).
+
+        Everything else waits, as upstream waits. Deviation (README): with decode
+        reservation on (colocated), prompt + the whole output must also fit the pool (per
+        owner lane): the decode could never finish it, and this engine has no
+        out-of-memory abort; upstream admits it.
+        """
         p = self.page_size
-        seq_tokens = req.input_len + (req.max_new_tokens if self.reserve_decode else 0)
-        pages = -(-seq_tokens // p)
-        lanes = lane_split(0, pages, self.pool.cp_size)
-        if any(n > cap for n, cap in zip(lanes, self.pool.capacity, strict=True)):
-            return f"needs {pages} KV pages but the pool holds {self.pool.total_pages}" + (
-                f" ({self.pool.cp_size} owner lanes)" if self.pool.cp_size > 1 else ""
-            )
-        need = req.input_len + min(req.max_new_tokens, self.cfg.clip_max_new_tokens) + p
-        if need >= self.pool.total_pages * p:
+        pool = self.pool
+        cp = pool.cp_size
+        lanes_note = f" ({cp} owner lanes)" if cp > 1 else ""
+        pages = -(-req.input_len // p)
+        lanes = lane_split(0, pages, cp)
+        if any(n > cap for n, cap in zip(lanes, pool.capacity, strict=True)):
+            return f"needs {pages} KV pages but the pool holds {pool.total_pages}{lanes_note}"
+        reserved = min(req.max_new_tokens, self.cfg.clip_max_new_tokens)
+        need = req.input_len + reserved + p
+        if need >= pool.total_pages * p:
             return (
-                f"prompt + reserved output ({need} tokens) is not below the KV pool "
-                f"({self.pool.total_pages * p} tokens): the memory test can never pass"
+                f"prompt + reserved output ({reserved}, clipped at "
+                f"{self.cfg.clip_max_new_tokens}) + one page = {need} tokens is not below "
+                f"the KV pool ({pool.total_pages * p} tokens): the admission memory test "
+                "can never pass, even on an empty pool"
             )
+        if self.reserve_decode:
+            seq_pages = -(-(req.input_len + req.max_new_tokens) // p)
+            lanes = lane_split(0, seq_pages, cp)
+            if any(n > cap for n, cap in zip(lanes, pool.capacity, strict=True)):
+                return (
+                    f"prompt + whole output needs {seq_pages} KV pages but the pool holds "
+                    f"{pool.total_pages}{lanes_note}: its decode could never finish"
+                )
         return None
 
     def add_request(self, req: Request) -> str | None:
@@ -326,7 +351,9 @@ class Scheduler:
                     closed = adder.closed_by
                     break
             if len(can_run) >= slots:
-                victims = self._try_preempt(req, adder, slots_needed=1, tokens_needed=0)
+                victims = self._try_preempt(
+                    req, adder, slots_needed=1, tokens_needed=self._shortfall(req, adder)
+                )
                 if victims is None:
                     closed = CloseReason.MAX_RUNNING_REQUESTS
                     break
@@ -628,6 +655,29 @@ class Scheduler:
         self._enqueue(req)
 
     # ------------------------------------------------------------------ preemption
+    def _shortfall(self, req: Request, adder: PrefillAdder) -> int:
+        """Tokens ``req`` lacks to pass the memory test now (0 if it passes).
+
+        Its device prefix is taken as leaving the evictable pool under its lock (an upper
+        bound: only its unlocked part does), so the prefix cancels out:
+        ``input - prefix + reserved + page`` against ``rem_total_tokens - prefix``. No
+        match needed; rare path (the request-slot limit)."""
+        need = req.input_len + min(req.max_new_tokens, self.cfg.clip_max_new_tokens)
+        room = adder.rem_total_tokens - self.page_size
+        return 0 if need < room else int(need - room) + 1
+
+    def _held_tokens(self, v: Request) -> float:
+        """Tokens that preempting ``v`` makes free or evictable: the pages it owns plus
+        the pages of its locked prefix no other request locks."""
+        pages = v.owned_end_page - v.owned_start_page
+        node = v.locked_node
+        root = self.cache.root
+        while node is not None and node is not root:
+            if node.lock_ref == 1:
+                pages += node.n_pages
+            node = node.parent
+        return float(pages * self.page_size)
+
     def _try_preempt(
         self,
         req: Request,
@@ -665,6 +715,7 @@ class Scheduler:
             threshold=cfg.priority_scheduling_preemption_threshold,
             low_values_first=cfg.schedule_low_priority_values_first,
             reserved=reserved,
+            held=self._held_tokens,
         )
         if not victims:
             return None
