@@ -454,3 +454,27 @@ def test_random_operations_keep_invariants(
     cache.evict_tokens(10**9)
     check_invariants(cache, [])
     assert cache.pool.free == cache.pool.capacity
+
+
+def test_eviction_splits_the_victim_and_keeps_its_shared_head() -> None:
+    """prefillkit evicts exactly the pages it needs: the LRU victim is split and only
+    its tail goes, so the head (a prefix waiting requests may match) stays cached at the
+    victim's LRU position (issue 14, item 8)."""
+    for cp in (1, 2):
+        cache = make_cache(total_pages=8, cp=cp)
+        keys = chain(1, 2, 3, 4, 5, 6)
+        compute_and_insert(cache, keys)
+        assert cache.pool.free_total == 2
+        lanes = [2] * cp if cp == 2 else [3]  # one more page than free in each lane
+        assert cache.alloc_lanes(lanes)
+        m = cache.match(keys, 6)
+        assert m.units == (5 if cp == 1 else 4)  # only the tail units the need covers
+        assert [n.end for n in cache.lru_order()] == [m.units]
+        cache.pool.release_owned(lanes)
+        check_invariants(cache, [])
+    # Off: the whole node goes, as upstream evicts whole leaves.
+    cache = make_cache(total_pages=8)
+    cache.split_evictions = False
+    compute_and_insert(cache, chain(1, 2, 3, 4, 5, 6))
+    assert cache.alloc_lanes([3])
+    assert cache.match(chain(1, 2, 3, 4, 5, 6), 6).units == 0

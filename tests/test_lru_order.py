@@ -78,7 +78,10 @@ def test_rejections_never_change_lru_order_or_node_boundaries(
     for fam, units in warm_specs:
         keys = make_req("w", units * page, page, family=fam, shared=units).keys
         m = cache.match(keys, len(keys))
-        if cache.can_make_room([len(keys) - m.device_units]):
+        pin = cache.lock(m.device_node, m.device_units)
+        fits = cache.can_make_room([len(keys) - m.device_units])
+        cache.unlock(pin)
+        if fits:
             warm(cache, keys)
     limits = make_limits(
         page,

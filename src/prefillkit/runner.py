@@ -569,6 +569,7 @@ def lru_hit_rate(requests: Sequence[Request], cache_tokens: int, page_size: int)
         m = cache.match(keys, units)
         hit += m.units * key_tokens
         node = cache.lock(m.node, m.units)
+        cache.commit()  # NOTE: a use: the unlock below refreshes LRU order even on a full hit
         if m.units < units:
             lanes = cache.alloc_pages(m.units * unit_pages, (units - m.units) * unit_pages)
             if lanes is None:

@@ -182,6 +182,12 @@ class PrefixCache:
         self._tentative_split = split
         return locked
 
+    def commit(self) -> None:
+        """Make the last lock final (a use, not a probe): its unlock refreshes LRU order
+        even when no other cache operation ran in between."""
+        if self._tentative is not None:
+            self._commit()
+
     def _commit(self) -> None:
         """Make the tentative lock final: its newly locked nodes leave the LRU."""
         lru = self.lru
@@ -408,7 +414,12 @@ class PrefixCache:
         return all(free[i] + ev[i] >= n for i, n in enumerate(lanes))
 
     def evict_for(self, lanes: list[int]) -> bool:
-        """Evict LRU device nodes until every lane has ``lanes[i]`` free pages."""
+        """Evict LRU device nodes until every lane has ``lanes[i]`` free pages.
+
+        With :attr:`split_evictions` the last victim is split so that only the tail
+        units the shortfall needs are evicted: the head, a prefix other requests may
+        share, stays cached at the victim's LRU position.
+        """
         if self._tentative is not None:
             self._commit()
         free = self.pool.free
@@ -417,9 +428,39 @@ class PrefixCache:
         while any(free[i] < lanes[i] for i in rng):
             if not lru:
                 return False
+            if self.split_evictions:
+                node = next(iter(lru))
+                k = self._tail_units_needed(node, lanes)
+                if k < len(node.keys):
+                    head = self._split(node, node.end - k)
+                    lru.move_to_end(head, last=False)  # NOTE: after NODE is gone, a leaf
+                    del lru[node]
+                    self._evict_device(node)
+                    continue
             node, _ = lru.popitem(last=False)
             self._evict_device(node)
         return True
+
+    split_evictions: bool = True
+    """Evict only the tail of the last victim node that the need covers (see evict_for)."""
+
+    def _tail_units_needed(self, node: Node, lanes: list[int]) -> int:
+        """Fewest tail units of ``node`` whose pages cover the free-page shortfall."""
+        free = self.pool.free
+        short = [max(0, n - f) for n, f in zip(lanes, free, strict=True)]
+        u = self.unit_pages
+        cp = self.cp_size
+        end = node.end * u
+        n_keys = len(node.keys)
+        k = min(n_keys, max(1, -(-sum(short) // u)))  # NOTE: a lower bound of the answer
+        if cp == 1:
+            return k
+        while k < n_keys:
+            tail = lane_split(end - k * u, k * u, cp)
+            if all(t >= s for t, s in zip(tail, short, strict=True)):
+                return k
+            k += 1
+        return n_keys
 
     def evict_tokens(self, num_tokens: int) -> int:
         """Evict at least ``num_tokens`` tokens of unlocked device pages; return pages freed."""
