@@ -472,3 +472,39 @@ def test_random_policy_runs_through_the_scheduler() -> None:
     batch = s.get_new_batch_prefill(1.0)
     assert batch is not None and batch.policy_used == "random"
     s.check()
+
+
+def test_loaded_requests_carry_their_in_batch_head() -> None:
+    # Trace/generator requests get extra["in_batch_head"] on load, so LPM's in-batch
+    # check is exact at page 64: two prompts sharing 40 tokens have the same head.
+    from prefillkit.workloads.record import TraceRecord, to_request
+
+    shared = list(range(40))
+    a = TraceRecord("a", 0.0, 100, 1, None, None, tuple(shared + [1000 + i for i in range(60)]))
+    b = TraceRecord("b", 0.0, 100, 1, None, None, tuple(shared + [2000 + i for i in range(60)]))
+    c = TraceRecord("c", 0.0, 100, 1, None, None, tuple(range(5000, 5100)))
+    ra, rb, rc = (to_request(r, 64) for r in (a, b, c))
+    assert ra.extra["in_batch_head"] == rb.extra["in_batch_head"] != rc.extra["in_batch_head"]
+    blocks = TraceRecord("d", 0.0, 1024, 1, (7, 8), 512, None)
+    assert "in_batch_head" in to_request(blocks, 64).extra
+
+
+def test_random_policy_follows_the_config_seed() -> None:
+    from prefillkit.config import Config
+    from prefillkit.sim.engine import simulate
+    from prefillkit.workloads.generators import generated_shared_prefix
+    from prefillkit.workloads.record import to_request
+
+    records = generated_shared_prefix(
+        num_groups=4, prompts_per_group=8, system_prompt_len=64, question_len=32, output_len=4
+    )
+
+    def order(seed: int) -> list[str]:
+        cfg = Config(
+            schedule_policy="random", seed=seed, max_prefill_tokens=256, max_total_tokens=100_000
+        )
+        result = simulate(cfg, [to_request(r, 1) for r in records])
+        return [r.rid for r in sorted(result.requests, key=lambda r: r.first_token_time or 0.0)]
+
+    assert order(1) == order(1)
+    assert order(1) != order(2)

@@ -318,6 +318,7 @@ class Scheduler:
             priority=cfg.enable_priority_scheduling,
             low_priority_values_first=cfg.schedule_low_priority_values_first,
             lpm_fallback_queue_len=cfg.lpm_fallback_queue_len,
+            seed=cfg.seed,
         )
         promoted: list[Request] = []
         if self.affinity_promoted:
