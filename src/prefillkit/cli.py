@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import inspect
 import json
 import math
@@ -76,6 +75,7 @@ from prefillkit.runner import (
 from prefillkit.sim.engine import Engine, SimConfigError
 from prefillkit.sim.output import json_ready, summary_document, write_run
 from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s
+from prefillkit.text import one_line, suggest
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.generators import (
     SEED_AGENTIC,
@@ -400,8 +400,7 @@ def _unknown_flag_message(exc: ConfigError, command: click.Command) -> str:
     candidates += [field_flag(f.name) for f in dataclasses.fields(Config)]
     if config_guess:
         candidates.append(config_guess)
-    close = difflib.get_close_matches(flag, candidates, n=1, cutoff=0.6)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    hint = suggest(flag, candidates)
     return f"unknown flag '{flag}'{hint}; see 'prefillkit {command.name} --help'"
 
 
@@ -1264,12 +1263,8 @@ def _os_reason(exc: OSError) -> str:
     return " ".join(reason.split())
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def _error(message: str) -> None:
-    echo_err(f"prefillkit: error: {_one_line(message)}")
+    echo_err(f"prefillkit: error: {one_line(message)}")
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -36,7 +36,6 @@ back, compares them with :func:`~prefillkit.report.compare.compare_runs` and wri
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import re
@@ -55,6 +54,7 @@ from prefillkit.config import Config, ConfigError, field_flag, parse_flags
 from prefillkit.runner import InputError, Workload, build_config, run_replay
 from prefillkit.sim.engine import Engine, SimConfigError
 from prefillkit.sim.output import atomic_write_text, json_ready, write_run
+from prefillkit.text import suggest
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.record import TraceRecord, to_request
 
@@ -172,11 +172,6 @@ def parse_variant_option(text: str) -> Variant:
     return Variant(name=name, flags=tuple(flags))
 
 
-def _suggest(word: str, candidates: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
 def _entry_flags(value: object, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
         try:
@@ -193,7 +188,7 @@ def _entry_settings(table: Mapping[str, object], where: str) -> list[tuple[str, 
     for key, value in table.items():
         name = key.replace("-", "_")
         if name not in _FIELD_NAMES:
-            hint = _suggest(name, [*_FIELD_NAMES, *_ENTRY_KEYS])
+            hint = suggest(name, [*_FIELD_NAMES, *_ENTRY_KEYS])
             raise VariantError(f"{where}: unknown setting {key!r}{hint}")
         if not isinstance(value, (bool, int, float, str)):
             raise VariantError(

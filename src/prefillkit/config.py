@@ -28,7 +28,6 @@ a list of SGLang launch flags that are accepted and ignored) and :meth:`Config.f
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import re
 import tomllib
@@ -37,7 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefillkit.cache.host import WRITE_POLICIES
 from prefillkit.models import MODELS, ModelSpec, get_model
+from prefillkit.text import one_line as _one_line
+from prefillkit.text import suggest as _suggest
 
 __all__ = [
     "GROUPS",
@@ -62,7 +64,6 @@ class ConfigError(ValueError):
 
 SCHEDULE_POLICIES: tuple[str, ...] = ("fcfs", "lpm", "dfs-weight", "lof", "random")
 PRIORITY_POLICIES: tuple[str, ...] = ("fcfs", "lof")
-WRITE_POLICIES: tuple[str, ...] = ("write_through", "write_through_selective", "write_back")
 MODES: tuple[str, ...] = ("pd-prefill", "colocated")
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2")
 _KV_DTYPE_ALIASES: dict[str, str] = {"bfloat16": "bf16"}
@@ -90,10 +91,6 @@ def _knob(default: Any, help: str, group: str) -> Any:
 def field_flag(name: str) -> str:
     """Command-line spelling of a field: ``chunked_prefill_size`` → ``--chunked-prefill-size``."""
     return "--" + name.replace("_", "-")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -736,11 +733,6 @@ def _non_negative(name: str, value: float | None) -> None:
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         _fail(name, f"must be one of {', '.join(choices)}, got {value!r}{_suggest(value, choices)}")
-
-
-def _suggest(word: str, candidates: typing.Iterable[str], prefix: str = "") -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
 
 
 # --------------------------------------------------------------------- TOML

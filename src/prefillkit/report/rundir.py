@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from prefillkit.sim.metrics import BATCH_COLUMNS, REQUEST_COLUMNS
+from prefillkit.text import one_line
 
 __all__ = [
     "BATCH_COLUMNS",
@@ -271,4 +272,4 @@ def _convert_column(name: str, cells: list[str], *, strict: bool) -> np.ndarray:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return one_line(exc) or type(exc).__name__

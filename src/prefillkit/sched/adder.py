@@ -199,9 +199,6 @@ class PrefillAdder:
         self.closed_by: CloseReason | None = None
 
     # ------------------------------------------------------------------ budgets
-    def ceil_paged_tokens(self, tokens: int) -> int:
-        return -(-tokens // self.page_size) * self.page_size
-
     def _available_tokens(self) -> int:
         """Allocator free + evictable tokens (upstream ``available_size + evictable_size``).
 

@@ -111,6 +111,7 @@ __all__ = [
     "BufferEstimate",
     "BufferEstimatorContext",
     "BufferReqShape",
+    "ReqShape",
     "check_buffer_limit_fits",
     "estimate_buffer_breakdown",
     "estimate_buffer_bytes",
@@ -143,8 +144,8 @@ WINDOW_NAMES: tuple[str, ...] = ("load", "indexer", "attention")
 
 
 @dataclass(frozen=True, slots=True)
-class BufferReqShape:
-    """One request of a candidate batch, after load-back planning.
+class ReqShape:
+    """One request of a candidate batch or a forward, after load-back planning.
 
     ``prefix_len`` is the cached context the forward reads: device prefix plus loaded
     host tokens, or the true prefix of a chunked continuation. ``loaded_tokens`` is the
@@ -154,6 +155,10 @@ class BufferReqShape:
     prefix_len: int
     extend_len: int
     loaded_tokens: int = 0
+
+
+#: The name the estimator's callers used before the cost model shared the type.
+BufferReqShape = ReqShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +200,7 @@ class BufferEstimate:
 
 
 def _buffer_terms(
-    batch: Sequence[BufferReqShape], ctx: BufferEstimatorContext
+    batch: Sequence[ReqShape], ctx: BufferEstimatorContext
 ) -> tuple[int, int, int, int, int, int, int, int]:
     """The eight buffers in ``BUFFER_NAMES`` order. One pass, integer math only."""
     cp = ctx.cp_size
@@ -258,7 +263,7 @@ def _windows(terms: tuple[int, int, int, int, int, int, int, int]) -> tuple[int,
     return load, indexer, attention
 
 
-def estimate_buffer_bytes(batch: Sequence[BufferReqShape], ctx: BufferEstimatorContext) -> int:
+def estimate_buffer_bytes(batch: Sequence[ReqShape], ctx: BufferEstimatorContext) -> int:
     """Peak bytes of temporary device buffers, on one GPU, for one forward of ``batch``.
 
     Returns 0 for an empty batch. Raises ``ValueError`` on a negative length or on
@@ -270,7 +275,7 @@ def estimate_buffer_bytes(batch: Sequence[BufferReqShape], ctx: BufferEstimatorC
 
 
 def estimate_buffer_breakdown(
-    batch: Sequence[BufferReqShape], ctx: BufferEstimatorContext
+    batch: Sequence[ReqShape], ctx: BufferEstimatorContext
 ) -> BufferEstimate:
     """Same estimate as ``estimate_buffer_bytes``, with every buffer and window itemized."""
     terms = _buffer_terms(batch, ctx)

@@ -100,6 +100,7 @@ from math import sqrt
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from prefillkit.models import ModelSpec, get_model
+from prefillkit.sched.buffer import ReqShape
 from prefillkit.sched.cp_split import add_lane_span
 from prefillkit.sim.gpus import GpuSpec, get_gpu
 
@@ -236,29 +237,6 @@ class ParallelLayout:
     @property
     def attn_tp(self) -> int:
         return self.num_gpus // (self.cp_size * self.dp_size)
-
-
-@dataclass(frozen=True, slots=True)
-class ReqShape:
-    """One request's part of a prefill forward.
-
-    ``prefix_len`` counts every token already in KV when the forward runs: the device
-    prefix plus the ``loaded_tokens`` brought back from host, so
-    ``loaded_tokens <= prefix_len``.
-    """
-
-    prefix_len: int  # tokens already in KV (device prefix + loaded host tokens)
-    extend_len: int  # tokens computed in this forward
-    loaded_tokens: int = 0  # host->device load-back tokens for this request
-
-    def __post_init__(self) -> None:
-        if self.prefix_len < 0 or self.extend_len < 0 or self.loaded_tokens < 0:
-            raise ValueError(f"ReqShape fields must be >= 0: {self}")
-        if self.loaded_tokens > self.prefix_len:
-            raise ValueError(
-                f"loaded_tokens ({self.loaded_tokens}) exceeds prefix_len "
-                f"({self.prefix_len}); the prefix includes loaded tokens"
-            )
 
 
 @runtime_checkable
@@ -592,9 +570,12 @@ class RooflineCostModel:
         context = 0
         n_req = 0
         for req in batch:
-            tokens += req.extend_len
-            loaded += req.loaded_tokens
-            context += req.prefix_len + req.extend_len
+            p, e, ld = req.prefix_len, req.extend_len, req.loaded_tokens
+            if p < 0 or e < 0 or ld < 0 or ld > p:
+                raise ValueError(f"bad request shape (fields >= 0, loads in the prefix): {req}")
+            tokens += e
+            loaded += ld
+            context += p + e
             n_req += 1
         if tokens == 0 and loaded == 0:
             return dict.fromkeys(BREAKDOWN_KEYS, 0.0)
