@@ -1,4 +1,4 @@
-"""One test per admission rule of ``PrefillAdder`` (SPEC §2-§4, UPSTREAM.md, commit notes).
+"""One test per admission rule of ``PrefillAdder`` (docs/design.md §2-§4 and upstream).
 
 Every test drives a real cache by hand (``tests/conftest.py``) and checks the cache
 invariants after every admission; most end by allocating the batch's pages exactly as

@@ -13,7 +13,7 @@
    the cache and the budgets untouched; the admitted batch allocates and is released
    without leaking a page.
 3. Upstream equivalence (CP off, no host tier, FCFS, default admission knobs): a reference
-   model of upstream's ``PrefillAdder`` written from ``UPSTREAM.md`` (``ref_pass``) must
+   model of upstream's ``PrefillAdder`` from ``docs/design.md`` (upstream) (``ref_pass``) must
    produce the same admitted set and the same chunk cuts as the scheduler, pass by pass,
    on the hand-built table ``EQUIV_CASES`` and on a hypothesis sweep.
 """
@@ -333,9 +333,10 @@ def test_random_adder_rejections_leave_no_trace_and_batches_allocate(
 
 # ======================================================================= 3. upstream FCFS
 # Reference model of upstream SGLang 0.5.23's PrefillAdder + the FCFS scan, written from
-# UPSTREAM.md only (CP off, no host tier, key unit = one page). Inputs are a snapshot of
-# the cache at the start of the pass: free pages, device-resident keys, keys locked by
-# requests that hold KV. prefillkit's deliberate deviations are the rows of the README's
+# docs/design.md's upstream part only (CP off, no host tier, key unit = one page).
+# Inputs are a snapshot of the cache at the start of the pass: free pages, device-resident
+# keys, keys locked by requests that hold KV. prefillkit's deliberate deviations are the
+# rows of the README's
 # "Deviations from upstream SGLang" table; those that show in a pass are marked D1/D2 in
 # the code below (D1: chunked continuation page-aligned down; D2: a continuation never takes
 # more pages than exist); the arrival rejection (D3) is outside the pass: requests that can

@@ -2,7 +2,7 @@
 
 Upstream names are kept (``rem_total_tokens``, ``cur_rem_tokens``, ``rem_input_tokens``,
 ``rem_chunk_tokens``, ``add_one_req``, ``add_chunked_req``, ``budget_state``) so SGLang
-users recognise them; see ``UPSTREAM.md`` for the upstream formulas this follows.
+users recognise them; see ``docs/design.md`` (upstream) for the formulas this follows.
 
 Beyond upstream:
 - CP shared-KV prefill: bs=1 gate, or with ``enable_cp_shared_kv_prefill_bs_gt1`` the four

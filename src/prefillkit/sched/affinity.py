@@ -1,4 +1,4 @@
-"""Warm/cold cache-affinity admission decision (SPEC section 5; default off).
+"""Warm/cold cache-affinity admission decision (docs/design.md §5; default off).
 
 Under FCFS a cold request (little or no cached prefix) that joins a warm-led batch
 (a cache-hit batch whose forward is short) turns a 1-2 s forward into a 5-10 s one and

@@ -1,6 +1,6 @@
 """CPU-only estimate of the temporary device buffers of one CP shared-KV prefill forward.
 
-The ``cp_shared_kv_prefill_max_buffer_size`` admission gate (SPEC sections 4 and 6)
+The ``cp_shared_kv_prefill_max_buffer_size`` admission gate (docs/design.md §4, §6)
 compares this estimate against a byte limit before a request joins a non-empty batch.
 It runs on the admission hot path: one pass over the batch, integer arithmetic only,
 standard library only, no device access.

@@ -1,7 +1,7 @@
 """The page-aligned CP split of a prefill forward: which rank computes which query rows.
 
 With context-parallel degree ``R`` the KV pool has ``R`` owner lanes and page ``j`` of a
-sequence lives on lane ``j mod R`` (SPEC section 1). The shared-KV prefill path computes
+sequence lives on lane ``j mod R`` (docs/design.md §1). The shared-KV prefill path computes
 the query rows of a page on the rank that owns the page, so a rank's share of a forward
 is the rows of the extend pages it owns. A batch of short extends (one to three pages
 each) therefore does not spread evenly over the ranks: requests whose extends start on
