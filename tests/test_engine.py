@@ -69,7 +69,7 @@ def test_batched_requests_share_one_forward_and_chunking_splits() -> None:
     res = simulate(small_cfg(chunked_prefill_size=4096), reqs, cost=LinearCost())
     # Pass 1: r0 (3000) + r1 chunk of 1096; pass 2: rest of r1 (1904) + r2 chunk 2192;
     # pass 3: rest of r2 (808).
-    sizes = [(b.size, b.extend_tokens) for b in res.batches]
+    sizes = [(b.size, b.raw_extend_tokens) for b in res.batches]
     assert sizes == [(2, 4096), (2, 4096), (1, 808)]
     ttft = {r.rid: r.first_token_time for r in res.requests}
     assert ttft["r0"] == pytest.approx(0.5 + 4.096)

@@ -204,7 +204,7 @@ def test_100k_token_prompts_chunk_correctly(chunk: int | None, cp: int) -> None:
     assert res.summary["completed"] == 3
     want = 1 if chunk is None else math.ceil(n / chunk)
     assert [r.num_chunks for r in res.requests] == [want] * 3
-    assert sum(b.extend_tokens for b in res.batches) == 3 * n
+    assert sum(b.raw_extend_tokens for b in res.batches) == 3 * n
 
 
 def test_100k_prompts_share_their_prefix() -> None:

@@ -321,7 +321,7 @@ def test_custom_breakdown_terms_become_columns(tmp_path: Path) -> None:
     assert header == [*BATCH_COLUMNS, "t_compute_s", "t_fixed_s"]
     assert cost.calls == len(batches) > 0  # once per batch
     for b in batches:
-        assert float(b["t_compute_s"]) == pytest.approx(int(b["extend_tokens"]) * 1e-3)
+        assert float(b["t_compute_s"]) == pytest.approx(int(b["raw_extend_tokens"]) * 1e-3)
         assert float(b["t_fixed_s"]) == 0.002
         assert float(b["duration_s"]) == pytest.approx(float(b["t_compute_s"]) + 0.002)
 

@@ -347,7 +347,8 @@ def plot_batches(runs: Runs, out_path: str | Path, *, max_bins: int = 60) -> Pat
         bx, bs = _binned_mean(x, s, bins)
         ax_size.plot(bx, bs, color=color, lw=1.6, label=label)
         entries += 1
-        for col, ls, what in (("extend_tokens", "-", "extend"), ("cached_tokens", "--", "cached")):
+        lines = (("raw_extend_tokens", "-", "extend"), ("cached_tokens", "--", "cached"))
+        for col, ls, what in lines:
             v = _col(run, "batches", col)
             if len(v) != len(start):
                 continue

@@ -281,7 +281,7 @@ class Engine:
                     start_s=self.now,
                     duration_s=dur,
                     size=len(batch.reqs),
-                    extend_tokens=sum(r.extend_input_len for r in batch.reqs),
+                    raw_extend_tokens=sum(r.extend_input_len for r in batch.reqs),
                     cached_tokens=batch.cached_tokens,
                     load_back_tokens=batch.load_back_tokens,
                     buffer_bytes=batch.buffer_bytes,

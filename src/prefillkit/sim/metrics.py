@@ -30,7 +30,7 @@ REQUEST_COLUMNS = (
     "ttft_s",
     "queueing_s",
     "input_len",
-    "output_len",
+    "max_new_tokens",
     "num_chunks",
     "device_hit_tokens",
     "host_hit_tokens",
@@ -49,7 +49,7 @@ BATCH_COLUMNS = (
     "start_s",
     "duration_s",
     "size",
-    "extend_tokens",
+    "raw_extend_tokens",
     "cached_tokens",
     "load_back_tokens",
     "buffer_bytes",
@@ -72,7 +72,7 @@ class BatchRecord:
     start_s: float
     duration_s: float
     size: int
-    extend_tokens: int
+    raw_extend_tokens: int  # sum of extend lengths, not page-ceiled (PrefillBatch.extend_tokens is)
     cached_tokens: int
     load_back_tokens: int
     buffer_bytes: int
@@ -203,7 +203,7 @@ def request_row(
         "ttft_s": ttft,
         "queueing_s": queueing,
         "input_len": req.input_len,
-        "output_len": req.max_new_tokens,
+        "max_new_tokens": req.max_new_tokens,
         "num_chunks": req.num_chunks,
         "device_hit_tokens": req.device_hit_tokens,
         "host_hit_tokens": req.host_hit_tokens,
