@@ -83,6 +83,11 @@ class BatchRecord:
     skips: int
     defers: int
 
+    @property
+    def extend_tokens(self) -> int:
+        """The same raw sum under the engine-level name its readers (the fuzz) use."""
+        return self.raw_extend_tokens
+
     def row(self) -> dict[str, Any]:
         return asdict(self)
 
