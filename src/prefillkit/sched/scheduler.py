@@ -1,9 +1,6 @@
 """The scheduler: waiting queue, admission pass, and KV lifecycle of requests.
 
-An engine talks to it through the typed interface of :mod:`prefillkit.sched.interface`
-(``add_request``, ``schedule`` -> an immutable ``StepOutput``, ``forward_done``,
-``begin_transfer``, ``start_decode``, ``decode_load``, ``decode_step``, ``finish``,
-``abort``, ``counters``, ``num_pending``, ``check``). Underneath:
+This is the one narrow interface an engine (the simulator, or a real one) talks to:
 
 - ``add_request(req)``: a request arrived; returns a rejection reason if it can never fit.
 - ``get_new_batch_prefill(now)``: run one admission pass; returns a :class:`PrefillBatch`
@@ -21,9 +18,7 @@ It imports nothing from the simulator: an engine can embed it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from prefillkit.cache.events import KVListener
 from prefillkit.cache.host import HostTier
 from prefillkit.cache.invariants import check_invariants
 from prefillkit.cache.pool import KVPool, lane_split
@@ -42,13 +37,6 @@ from prefillkit.sched.affinity import (
     tripped_bound,
 )
 from prefillkit.sched.buffer import BufferEstimatorContext
-from prefillkit.sched.interface import (
-    AdmissionEvent,
-    AdmissionObserver,
-    ScheduledReq,
-    StepOutput,
-    limit_of,
-)
 from prefillkit.sched.matching import refresh_match
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.preempt import pick_victims
@@ -199,8 +187,6 @@ class Scheduler:
         self.stats = SchedulerStats()
         # Why the last admission pass stopped (for an empty pass: why nothing was admitted).
         self.last_pass_reason: CloseReason | None = None
-        # Admission observer (see set_admission_observer); None costs one test a candidate.
-        self.admission_observer: AdmissionObserver | None = None
 
     # ------------------------------------------------------------------ arrival
     def never_fits_reason(self, req: Request) -> str | None:
@@ -354,7 +340,6 @@ class Scheduler:
         preempted: list[Request] = []
         closed: CloseReason | None = None
         slots = self.max_running_requests - len(self.running)
-        obs = self.admission_observer
         if chunked is not None:
             slots += 1  # the continuation already holds a slot in self.running
         # NOTE: after a CONTINUE verdict the budgets are known to be open; only the
@@ -391,8 +376,6 @@ class Scheduler:
                 )
                 if decision is AffinityDecision.SKIP:
                     skipped.append(req)
-                    if obs is not None:
-                        self._observe(obs, adder, "skip", now, req, None, False, None)
                     continue
                 if decision is AffinityDecision.STOP:
                     stops += 1
@@ -427,16 +410,11 @@ class Scheduler:
                     admitted = bool(can_run) and can_run[-1] is req
             if admitted and lead is EMPTY:
                 lead = BatchLead.WARM if cls is ReqClass.WARM else BatchLead.COLD
-            if obs is not None:
-                self._observe(obs, adder, "candidate", now, req, res.name, admitted, None)
             if res is not CONTINUE:
                 closed = adder.closed_by
                 break
         else:
             closed = adder.closed_by or CloseReason.QUEUE_EMPTY
-        if obs is not None:
-            reason = (closed or CloseReason.QUEUE_EMPTY).value
-            self._observe(obs, adder, "stop", now, None, None, False, reason)
         if promoted:
             # A promoted request keeps the lead until it is admitted (a lead that does not
             # fit yet, e.g. NO_TOKEN, must not be overtaken by the warm requests behind it).
@@ -452,31 +430,6 @@ class Scheduler:
         batch = self._launch(adder, lead, closed, policy_used, len(skipped), stops, preempted, now)
         batch.stop_bound = None if stop_bound is None else stop_bound.value
         return batch
-
-    @staticmethod
-    def _observe(
-        obs: AdmissionObserver,
-        adder: PrefillAdder,
-        kind: str,
-        now: float,
-        req: Request | None,
-        result: str | None,
-        admitted: bool,
-        reason: str | None,
-    ) -> None:
-        obs(
-            AdmissionEvent(
-                kind,
-                now,
-                None if req is None else req.rid,
-                result,
-                admitted,
-                reason,
-                adder.rem_total_tokens,
-                adder.rem_input_tokens,
-                adder.rem_chunk_tokens,
-            )
-        )
 
     def _count_affinity(self, skipped: list[Request], stop_bound: AffinityBound | None) -> None:
         """Affinity counters of one pass (see :class:`SchedulerStats`)."""
@@ -586,132 +539,6 @@ class Scheduler:
             log_input_tokens=adder.log_input_tokens,
             log_hit_tokens=adder.log_hit_tokens,
         )
-
-    # ------------------------------------------------------------------ interface
-    def set_admission_observer(self, obs: AdmissionObserver | None) -> None:
-        """Call ``obs`` with every admission decision (see AdmissionEvent); None: off."""
-        self.admission_observer = obs
-
-    def set_kv_listener(self, listener: KVListener | None) -> None:
-        """Call ``listener`` with every KV-cache event (see cache/events.py); None: off."""
-        self.cache.kv_listener = listener
-
-    def schedule(self, now: float) -> StepOutput:
-        """One admission pass as an immutable :class:`StepOutput` (see interface.py)."""
-        batch = self.get_new_batch_prefill(now)
-        reason = self.last_pass_reason
-        assert reason is not None
-        if batch is None:
-            return StepOutput((), reason, limit_of(reason), waiting_len=len(self._waiting))
-        p = self.page_size
-        r = self.pool.cp_size
-        copies = {id(lb.deepest): tuple(lb.copies) for lb in batch.load_backs}
-        out: list[ScheduledReq] = []
-        for req in batch.reqs:
-            table = req.page_table
-            first = -(-req.prefix_len // p)
-            new = tuple(table[first:])
-            if r == 1:
-                per_lane: tuple[tuple[int, ...], ...] = (new,)
-            else:
-                per_lane = tuple(new[(i - first) % r :: r] for i in range(r))
-            end = req.prefix_len + req.extend_input_len
-            out.append(
-                ScheduledReq(
-                    req,
-                    req.rid,
-                    req.prefix_len,
-                    req.loaded_tokens,
-                    req.prefix_len,
-                    end,
-                    tuple(table[:first]),
-                    new,
-                    per_lane,
-                    copies.get(id(req.locked_node), ()) if req.loaded_tokens else (),
-                    end < req.input_len,
-                )
-            )
-        return StepOutput(
-            tuple(out),
-            reason,
-            limit_of(reason),
-            extend_tokens=batch.extend_tokens,
-            cached_tokens=batch.cached_tokens,
-            load_back_tokens=batch.load_back_tokens,
-            buffer_bytes=batch.buffer_bytes,
-            lead_class=batch.lead_class,
-            has_chunked=batch.has_chunked,
-            waiting_len=batch.waiting_len,
-            skips=batch.skips,
-            defers=batch.defers,
-            stops=batch.stops,
-            stop_bound=batch.stop_bound,
-            preempted=tuple(batch.preempted),
-            handle=batch,
-        )
-
-    def forward_done(self, step: StepOutput, now: float) -> list[Request]:
-        """The step's forward finished (see :meth:`prefill_done`)."""
-        if step.handle is None:
-            return []
-        return self.prefill_done(step.handle, now)
-
-    def begin_transfer(self, req: Request) -> None:
-        """pd-prefill: the request's KV is being sent out; it keeps its pages."""
-        req.status = ReqStatus.TRANSFERRING
-
-    def finish(self, req: Request, now: float) -> None:
-        """The request no longer needs its KV (see :meth:`release`)."""
-        self.release(req, now)
-
-    def abort(self, req: Request, now: float) -> None:
-        """Drop ``req`` wherever it is: queue, chunk, running, decode set."""
-        self._waiting.pop(req, None)
-        if self.chunked_req is req:
-            self.chunked_req = None
-        if req in self.decoding:
-            self.decoding.remove(req)
-        self.affinity_promoted = [r for r in self.affinity_promoted if r is not req]
-        self._free_kv(req)
-        self.running.pop(req.rid, None)
-        req.status = ReqStatus.ABORTED
-        req.finish_time = now
-
-    def decode_load(self) -> tuple[int, int]:
-        """(decoding requests, their context tokens)."""
-        dec = self.decoding
-        return len(dec), sum(r.input_len + r.output_len for r in dec)
-
-    def num_pending(self) -> int:
-        """Requests waiting or mid-chunk."""
-        return len(self._waiting) + (1 if self.chunked_req is not None else 0)
-
-    def counters(self) -> dict[str, Any]:
-        """Run-long counters, as the simulator's summary reports them."""
-        st = self.stats
-        return {
-            "affinity_skips": st.affinity_skips,
-            "affinity_defers": st.affinity_defers,  # request-passes deferred (= skips)
-            "affinity_deferred_requests": st.affinity_deferred_requests,
-            "affinity_skip_passes": st.affinity_skip_passes,
-            "affinity_max_skips_in_pass": st.affinity_max_skips_in_pass,
-            "affinity_max_deferred_passes": st.affinity_max_deferred_passes,
-            "affinity_stops": st.affinity_stops,
-            "affinity_stops_w": st.affinity_stops_w,
-            "affinity_stops_k": st.affinity_stops_k,
-            "affinity_stops_t": st.affinity_stops_t,
-            "preemptions": st.preemptions,
-            "retractions": st.retractions,
-            "admission_passes": st.passes,
-            # Passes that admitted nothing, in total and by why (CloseReason values).
-            "empty_passes": sum(st.empty_passes.values()),
-            **{f"empty_passes_{k}": st.empty_passes[k] for k in sorted(st.empty_passes)},
-            # Upstream's log_input_tokens (raw extends) / log_hit_tokens (0 for a chunked
-            # continuation), beside prefillkit's own page-ceiled/true-prefix batch tallies.
-            "upstream_log_input_tokens": st.log_input_tokens,
-            "upstream_log_hit_tokens": st.log_hit_tokens,
-            "evicted_pages": self.cache.device_evicted_pages,
-        }
 
     # ------------------------------------------------------------------ completion
     def prefill_done(self, batch: PrefillBatch, now: float) -> list[Request]:
