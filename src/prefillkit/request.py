@@ -115,10 +115,6 @@ class Request:
     # (yet) in the cache. NOTE: owned_start_page is always key-unit aligned.
     owned_start_page: int = 0
     owned_end_page: int = 0
-    # The request's page table (the engine's ``req_to_token`` row, in pages): device
-    # page ids of its sequence so far, in order; ``page_table[:owned_start_page]`` are
-    # its locked prefix's cached pages, the rest it owns. NOTE: len == owned_end_page.
-    page_table: list[int] = field(default_factory=list)
     # Output tokens produced so far (colocated decode).
     output_len: int = 0
     # Passes in which affinity skipped (deferred) this request, at any queue position;
@@ -212,4 +208,3 @@ class Request:
         self.output_len = 0
         self.owned_start_page = 0
         self.owned_end_page = 0
-        self.page_table = []

@@ -6,7 +6,7 @@ step behind ``--debug-check-invariants``. It walks the whole tree: O(cache size)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from prefillkit.cache.node import Node
 from prefillkit.cache.pool import lane_split
@@ -21,26 +21,13 @@ def _fail(msg: str) -> None:
     raise InvariantError(msg)
 
 
-PageTable = tuple[Sequence[int], int, Node | None]
-
-
 def check_invariants(
-    cache: PrefixCache,
-    owned_ranges: Iterable[tuple[int, int]] | None = None,
-    page_tables: Iterable[PageTable] | None = None,
+    cache: PrefixCache, owned_ranges: Iterable[tuple[int, int]] | None = None
 ) -> None:
     """Raise :class:`InvariantError` on the first broken invariant.
 
     ``owned_ranges``: every live request's owned page range ``(start, end)``; when given,
-    their per-lane sum must equal the pool's request-owned counts (page-table owned
-    plus loose pages).
-
-    ``page_tables``: every live request's ``(page_table, owned_start_page, locked_node)``;
-    when given, page ownership is checked page by page: every page id is free, cached
-    (held by exactly one device node) or owned by exactly one request (or loose), per
-    lane; page ``j`` of every sequence (node or page table) is on lane ``j mod R``; and a
-    request's prefix pages (``page_table[:owned_start_page]``) are exactly the pages of
-    its locked path. Without it, free, cached and loose pages are still checked id by id.
+    their per-lane sum must equal the pool's request-owned counts.
     """
     pool = cache.pool
     r = pool.cp_size
@@ -52,8 +39,6 @@ def check_invariants(
     n_keys = 0
     expect_lru: set[Node] = set()
     expect_host_lru: set[Node] = set()
-    page_owner: list[tuple[Sequence[int], str]] = []
-    slot_owner: list[list[int]] = []
     root = cache.root
     if root.lock_ref != 1 or root.keys or not root.on_device:
         _fail("root must hold no keys, be device resident and keep lock_ref 1")
@@ -84,22 +69,6 @@ def check_invariants(
             _fail(f"{node} n_pages {node.n_pages} != {len(node.keys)} units x {u}")
         if node.lane_pages != lane_split(node.start * u, node.n_pages, r):
             _fail(f"{node} lane pages {node.lane_pages} do not match its page range")
-        if node.on_device:
-            if len(node.pages) != node.n_pages:
-                _fail(f"{node} holds {len(node.pages)} page ids for {node.n_pages} pages")
-            base = node.start * u
-            for k, pid in enumerate(node.pages):
-                if pid % r != (base + k) % r:
-                    _fail(f"{node} page {base + k} is id {pid}, not on lane {(base + k) % r}")
-            page_owner.append((node.pages, str(node)))
-        elif node.pages:
-            _fail(f"host-only {node} holds device page ids")
-        if node.on_host:
-            if len(node.host_slots) != node.n_pages:
-                _fail(f"{node} holds {len(node.host_slots)} host slots for {node.n_pages}")
-            slot_owner.append(node.host_slots)
-        elif node.host_slots:
-            _fail(f"{node} is not on host but holds host slots")
         for key in node.keys:
             if cache.index.get(key) is not node:
                 _fail(f"index does not map key {key} to {node}")
@@ -146,73 +115,28 @@ def check_invariants(
         p = n.parent
         if p in pos and pos[p] < i:
             _fail(f"device LRU has parent {p} before child {n}")
-    free = pool.free
-    pool_owned = pool.owned
     for i in range(r):
-        if min(free[i], pool.cached[i], pool_owned[i]) < 0:
+        if min(pool.free[i], pool.cached[i], pool.owned[i]) < 0:
             _fail(f"lane {i} has a negative count")
-        for pid in pool.free_lists[i]:
-            if pid % r != i:
-                _fail(f"page {pid} is in lane {i}'s free list")
-        for pid in pool.loose[i]:
-            if pid % r != i:
-                _fail(f"loose page {pid} is held in lane {i}")
-    # Page ids: each in exactly one place (free, one device node, loose, one request).
-    seen = bytearray(pool.total_pages)
-
-    def claim(ids: Iterable[int], who: str) -> None:
-        for pid in ids:
-            if not 0 <= pid < pool.total_pages:
-                _fail(f"{who} holds page id {pid} outside the pool")
-            if seen[pid]:
-                _fail(f"page {pid} is held twice (again by {who})")
-            seen[pid] = 1
-
-    for i in range(r):
-        claim(pool.free_lists[i], f"lane {i}'s free list")
-        used = pool.capacity[i] - pool.fresh[i]
-        if not 0 <= used <= pool.capacity[i]:
-            _fail(f"lane {i}'s bump pointer is out of range")
-        claim(range(i + r * used, pool.total_pages, r), f"lane {i}'s fresh ids")
-        claim(pool.loose[i], f"lane {i}'s loose pages")
-    for ids, who in page_owner:
-        claim(ids, who)
+        if pool.free[i] + pool.cached[i] + pool.owned[i] != pool.capacity[i]:
+            _fail(
+                f"lane {i}: free {pool.free[i]} + cached {pool.cached[i]} + owned "
+                f"{pool.owned[i]} != capacity {pool.capacity[i]}"
+            )
+    if pool.free_total != sum(pool.free):
+        _fail(f"pool free_total {pool.free_total} != sum of lanes {sum(pool.free)}")
     if owned_ranges is not None:
         owned = [0] * r
         for start, end in owned_ranges:
             for i, c in enumerate(lane_split(start, end - start, r)):
                 owned[i] += c
-        if owned != pool_owned:
-            _fail(f"requests own {owned} pages per lane, pool says {pool_owned}")
-    if page_tables is not None:
-        for table, start, locked in page_tables:
-            for j, pid in enumerate(table):
-                if pid % r != j % r:
-                    _fail(f"page {j} of a request is id {pid}, not on lane {j % r}")
-            claim(table[start:], f"a request's page table (pages {start}..)")
-            prefix: list[int] = []
-            walk: Node | None = locked
-            while walk is not None and walk is not root:
-                prefix[:0] = walk.pages
-                walk = walk.parent
-            if list(table[:start]) != prefix:
-                _fail(f"a request's prefix pages {list(table[:start])} != its path's {prefix}")
-        if not all(seen):
-            _fail(f"pages {[i for i, v in enumerate(seen) if not v][:8]} are held by no one")
+        if owned != pool.owned:
+            _fail(f"requests own {owned} pages per lane, pool says {pool.owned}")
     host = cache.host
     if host is None:
         if host_used:
             _fail("nodes on host without a host tier")
         return
-    slots = bytearray(host.capacity_pages)
-    fresh_slots = range(host.capacity_pages - host.fresh_slots, host.capacity_pages)
-    for ids in [host.free_slots, fresh_slots, *slot_owner]:
-        for sid in ids:
-            if not 0 <= sid < host.capacity_pages or slots[sid]:
-                _fail(f"host slot {sid} is out of range or held twice")
-            slots[sid] = 1
-    if not all(slots):
-        _fail("a host slot is neither free nor held by a host node")
     if host_used != host.used_pages:
         _fail(f"host used {host.used_pages} != tree host pages {host_used}")
     if host.used_pages > host.capacity_pages:

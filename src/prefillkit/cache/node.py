@@ -22,14 +22,12 @@ class Node:
         "end",
         "hit_count",
         "host_lock_ref",
-        "host_slots",
         "keys",
         "lane_pages",
         "lock_ref",
         "n_pages",
         "on_device",
         "on_host",
-        "pages",
         "parent",
         "seq",
         "start",
@@ -51,12 +49,7 @@ class Node:
         self.parent = parent
         self.children: dict[int, Node] = {}
         self.n_pages = n_pages
-        # NOTE: lane_pages is the node's geometry (pages of its range per owner lane);
-        # ``pages`` holds its device page ids while on device ([] otherwise), in
-        # sequence order, and ``host_slots`` its host slots while on host.
         self.lane_pages = lane_pages
-        self.pages: list[int] = []
-        self.host_slots: list[int] = []
         self.lock_ref = 0
         self.host_lock_ref = 0
         self.on_device = True

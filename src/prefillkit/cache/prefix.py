@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from prefillkit.cache.events import BlockLoadedBack, BlockRemoved, BlockStored, KVListener
 from prefillkit.cache.host import HostTier
 from prefillkit.cache.node import Node
 from prefillkit.cache.pool import KVPool, lane_split
@@ -58,8 +57,6 @@ class LoadBack:
     boundary: Node
     pages: int
     tokens: int
-    # (host slot, device page) pairs to copy, in path order (root side first).
-    copies: list[tuple[int, int]]
 
 
 class PrefixCache:
@@ -83,8 +80,6 @@ class PrefixCache:
         self.protected_pages = 0
         self.evictable_lanes = [0] * pool.cp_size
         self.device_evicted_pages = 0  # cumulative
-        # KV-event observer (see prefillkit.cache.events); None: no event is built.
-        self.kv_listener: KVListener | None = None
         # The last lock, while nothing else has touched the cache since (see lock()):
         # its node, the nodes it took from 0 to 1 lock (still in ``lru``), its split.
         self._tentative: Node | None = None
@@ -96,6 +91,10 @@ class PrefixCache:
     def evictable_size(self) -> int:
         """Tokens in unlocked device pages (upstream ``evictable_size()``)."""
         return self.evictable_pages * self.page_size
+
+    @property
+    def protected_size(self) -> int:
+        return self.protected_pages * self.page_size
 
     @property
     def cached_pages(self) -> int:
@@ -225,10 +224,6 @@ class PrefixCache:
         child.start = p.start
         child.n_pages += p.n_pages
         child.lane_pages = [a + b for a, b in zip(child.lane_pages, p.lane_pages, strict=True)]
-        if p.pages:
-            child.pages = p.pages + child.pages
-        if p.host_slots:
-            child.host_slots = p.host_slots + child.host_slots
         parent = p.parent
         assert parent is not None
         parent.children[p.keys[0]] = child  # NOTE: same key, so the same slot
@@ -327,12 +322,6 @@ class PrefixCache:
         node.start = units
         node.n_pages -= p_pages
         node.lane_pages = [a - b for a, b in zip(node.lane_pages, p.lane_pages, strict=True)]
-        if node.pages:
-            p.pages = node.pages[:p_pages]
-            node.pages = node.pages[p_pages:]
-        if node.host_slots:
-            p.host_slots = node.host_slots[:p_pages]
-            node.host_slots = node.host_slots[p_pages:]
         parent = node.parent
         parent.children[p.keys[0]] = p  # type: ignore[union-attr]
         p.children[node.keys[0]] = node
@@ -347,24 +336,14 @@ class PrefixCache:
             self.host.lru[p] = None
         return p
 
-    def insert(
-        self,
-        locked: Node,
-        keys: list[int],
-        from_units: int,
-        to_units: int,
-        pages: list[int] | None = None,
-    ) -> Node:
+    def insert(self, locked: Node, keys: list[int], from_units: int, to_units: int) -> Node:
         """Cache units ``[from_units, to_units)`` of ``keys`` computed by a request.
 
         The request holds a lock on ``locked`` (ending at ``from_units``) and owns the
-        pages of those units: ``pages``, their device page ids in order (None: take them
-        from the pool's loose pages, for count-level callers). Pages of units that are
-        already device-resident are freed (duplicates) and their entries of ``pages``
-        replaced, in place, by the cached node's ids, so that afterwards ``pages`` is the
-        request's page table for those units; host-only nodes on the path are revived
-        with the request's pages; the rest become new nodes. The lock moves to the new
-        deepest node, which is returned.
+        pages of those units. Pages of units that are already device-resident are
+        freed (duplicates); host-only nodes on the path are revived with the request's
+        pages; the rest become new nodes. The lock moves to the new deepest node, which
+        is returned.
         """
         if self._tentative is not None:
             self._commit()
@@ -372,11 +351,6 @@ class PrefixCache:
             raise ValueError(f"insert from unit {from_units} but lock ends at {locked.end}")
         pool = self.pool
         u = self.unit_pages
-        if pages is None:
-            pages = pool.take_loose(from_units * u, (to_units - from_units) * u)
-        base = from_units * u
-        cached = pool.cached
-        listener = self.kv_listener
         node = locked
         d = from_units
         while d < to_units:
@@ -386,11 +360,7 @@ class PrefixCache:
                 new = Node(
                     keys[d:to_units], d, node, n_pages, lane_split(d * u, n_pages, self.cp_size)
                 )
-                new.pages = pages[d * u - base : to_units * u - base]
-                for i, c in enumerate(new.lane_pages):
-                    cached[i] += c
-                if listener is not None:
-                    listener(BlockStored(tuple(new.keys), d, "GPU", pages=tuple(new.pages)))
+                pool.owned_to_cached(new.lane_pages)
                 node.children[keys[d]] = new
                 index = self.index
                 for key in new.keys:
@@ -410,19 +380,11 @@ class PrefixCache:
                 j += 1
             if j < len(ckeys):
                 child = self._split(child, d + j)
-            lo, hi = child.start * u - base, child.end * u - base
             if child.on_device:
-                pool.free_ids(pages[lo:hi])  # computed twice: drop our copy
-                pages[lo:hi] = child.pages
+                pool.release_owned(child.lane_pages)  # computed twice: drop our copy
             else:
-                child.pages = pages[lo:hi]  # revive a host-only node
-                for i, c in enumerate(child.lane_pages):
-                    cached[i] += c
+                pool.owned_to_cached(child.lane_pages)  # revive a host-only node
                 child.on_device = True
-                if listener is not None:
-                    listener(
-                        BlockStored(tuple(child.keys), child.start, "GPU", pages=tuple(child.pages))
-                    )
                 if self.host is not None:
                     self.host.lru.pop(child, None)
                 self._add_evictable(child)
@@ -447,10 +409,9 @@ class PrefixCache:
     # ------------------------------------------------------------------ eviction
     def can_make_room(self, lanes: list[int]) -> bool:
         """Whether free + evictable pages cover ``lanes`` in every owner lane."""
-        fls = self.pool.free_lists
-        fresh = self.pool.fresh
+        free = self.pool.free
         ev = self.evictable_lanes
-        return all(len(fls[i]) + fresh[i] + ev[i] >= n for i, n in enumerate(lanes))
+        return all(free[i] + ev[i] >= n for i, n in enumerate(lanes))
 
     def evict_for(self, lanes: list[int]) -> bool:
         """Evict LRU device nodes until every lane has ``lanes[i]`` free pages.
@@ -461,11 +422,10 @@ class PrefixCache:
         """
         if self._tentative is not None:
             self._commit()
-        fls = self.pool.free_lists
-        fresh = self.pool.fresh
+        free = self.pool.free
         lru = self.lru
         rng = range(len(lanes))
-        while any(len(fls[i]) + fresh[i] < lanes[i] for i in rng):
+        while any(free[i] < lanes[i] for i in rng):
             if not lru:
                 return False
             if self.split_evictions:
@@ -523,46 +483,26 @@ class PrefixCache:
         return lanes if self.alloc_lanes(lanes) else None
 
     def alloc_lanes(self, lanes: list[int]) -> bool:
-        """Allocate ``lanes[i]`` loose request-owned pages in each owner lane (count
-        level, no page table), evicting LRU nodes as needed. All or nothing."""
-        if not self.make_room(lanes):
-            return False
-        self.pool.alloc_owned(lanes)
-        return True
-
-    def make_room(self, lanes: list[int]) -> bool:
-        """Evict LRU nodes until every lane has ``lanes[i]`` free pages; False (and no
-        eviction) if free + evictable pages cannot cover it."""
+        """Allocate ``lanes[i]`` request-owned pages in each owner lane, evicting LRU
+        nodes as needed. All or nothing."""
         if self._tentative is not None:
             self._commit()
-        if self.pool.has_free(lanes):
+        if self.pool.alloc_owned(lanes):
             return True
         if not self.can_make_room(lanes):
             return False
         self.evict_for(lanes)
+        self.pool.alloc_owned(lanes)
         return True
-
-    def alloc_ids(self, start_page: int, n_pages: int) -> list[int] | None:
-        """Page ids for sequence pages ``[start_page, +n_pages)``, evicting as needed;
-        None (and no change) if impossible."""
-        if not self.make_room(lane_split(start_page, n_pages, self.cp_size)):
-            return None
-        return self.pool.alloc_range(start_page, n_pages)
 
     def _evict_device(self, node: Node) -> None:
         """``node`` was popped from the LRU: free its device pages."""
-        pool = self.pool
-        pool.free_ids(node.pages)
-        node.pages = []
+        self.pool.release_cached(node.lane_pages)
         self.evictable_pages -= node.n_pages
         ev = self.evictable_lanes
-        cached = pool.cached
         for i, n in enumerate(node.lane_pages):
             ev[i] -= n
-            cached[i] -= n
         node.on_device = False
-        if self.kv_listener is not None:
-            self.kv_listener(BlockRemoved(tuple(node.keys), node.start, "GPU"))
         self.device_evicted_pages += node.n_pages
         host = self.host
         if host is not None and (
@@ -584,13 +524,10 @@ class PrefixCache:
             for key in n.keys:
                 del index[key]
             if n.on_host and host is not None:
-                host.free_slots.extend(n.host_slots)
-                n.host_slots = []
+                host.used_pages -= n.n_pages
                 host.evicted_pages += n.n_pages
                 host.lru.pop(n, None)
                 n.on_host = False
-                if self.kv_listener is not None:
-                    self.kv_listener(BlockRemoved(tuple(n.keys), n.start, "CPU"))
         parent = node.parent
         del parent.children[node.keys[0]]  # type: ignore[union-attr]
         node.parent = None
@@ -601,7 +538,7 @@ class PrefixCache:
         assert host is not None
         if n_pages > host.capacity_pages:
             return False
-        while host.free_pages < n_pages:
+        while host.capacity_pages - host.used_pages < n_pages:
             if not host.lru:
                 return False
             victim, _ = host.lru.popitem(last=False)
@@ -618,12 +555,8 @@ class PrefixCache:
         if not self._host_make_room(node.n_pages):
             return False
         node.on_host = True
-        node.host_slots = host.alloc_slots(node.n_pages)
+        host.used_pages += node.n_pages
         host.backed_up_pages += node.n_pages
-        if self.kv_listener is not None:
-            self.kv_listener(
-                BlockStored(tuple(node.keys), node.start, "CPU", slots=tuple(node.host_slots))
-            )
         return True
 
     def load_back(self, device_node: Node, host_node: Node, units: int) -> LoadBack | None:
@@ -655,29 +588,16 @@ class PrefixCache:
             host.lru.pop(n, None)
         if not self.evict_for(lanes):  # pragma: no cover - guarded by can_make_room
             raise AssertionError("eviction fell short of can_make_room")
-        pool = self.pool
-        cached = pool.cached
-        u = self.unit_pages
+        self.pool.alloc_cached(lanes)
         pages = 0
-        copies: list[tuple[int, int]] = []
-        for n in reversed(path):  # root side first: copies in sequence order
-            ids = pool.alloc_range(n.start * u, n.n_pages)
-            assert ids is not None  # NOTE: evict_for made room in every lane
-            n.pages = ids
-            for i, c in enumerate(n.lane_pages):
-                cached[i] += c
+        for n in path:
             n.on_device = True
-            pairs = list(zip(n.host_slots, ids, strict=True))
-            copies.extend(pairs)
-            if self.kv_listener is not None:
-                self.kv_listener(BlockLoadedBack(tuple(n.keys), n.start, tuple(pairs)))
-            pages += n.n_pages
-        for n in path:  # NOTE: children first, keeping children-before-parents in lru
             self._add_evictable(n)
+            pages += n.n_pages
         self.lock(host_node, host_node.end)
         self._commit()  # NOTE: the lock moves; it is not a candidate's tentative lock
         self.unlock(device_node)
-        return LoadBack(host_node, device_node, pages, pages * self.page_size, copies)
+        return LoadBack(host_node, device_node, pages, pages * self.page_size)
 
     def finish_load_back(self, lb: LoadBack) -> None:
         """The transfer completed: release the host locks taken by :meth:`load_back`."""

@@ -277,16 +277,15 @@ class PrefillAdder:
     def _fits_lanes(self, lanes: list[int], more: list[int] | None = None) -> bool:
         """Whether pages already planned this pass plus ``lanes`` (+ ``more``) fit the
         free + evictable pages of every owner lane."""
-        fls = self.pool.free_lists
-        fresh = self.pool.fresh
+        free = self.pool.free
         ev = self.cache.evictable_lanes
         planned = self.planned_lanes
         if len(planned) == 1:  # no CP lanes: one comparison
             need = planned[0] + lanes[0] + (more[0] if more else 0)
-            return need <= len(fls[0]) + fresh[0] + ev[0]
+            return need <= free[0] + ev[0]
         for i in range(len(planned)):
             need = planned[i] + lanes[i] + (more[i] if more else 0)
-            if need > len(fls[i]) + fresh[i] + ev[i]:
+            if need > free[i] + ev[i]:
                 return False
         return True
 
@@ -462,7 +461,7 @@ class PrefillAdder:
         if len(planned) == 1:  # no CP lanes: one comparison (_fits_lanes)
             if (
                 planned[0] + n_pages + (host_lanes[0] if host_lanes is not None else 0)
-                > len(pool.free_lists[0]) + pool.fresh[0] + cache.evictable_lanes[0]
+                > pool.free[0] + cache.evictable_lanes[0]
             ):
                 return self._reject(node, AddReqResult.NO_TOKEN, CloseReason.MEMORY)
             planned[0] += n_pages  # _plan

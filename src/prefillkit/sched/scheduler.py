@@ -472,14 +472,6 @@ class Scheduler:
         waiting = self._waiting
         prefilling = ReqStatus.PREFILLING
         waiting_status = ReqStatus.WAITING
-        # One eviction for the whole batch: the adder planned exactly these pages per
-        # owner lane (and checked they fit free + evictable), so LRU eviction takes the
-        # same nodes as allocating request by request would.
-        cache = self.cache
-        if not cache.make_room(adder.planned_lanes):  # pragma: no cover
-            raise AssertionError(f"allocation of {adder.planned_lanes} failed after admission")
-        alloc_range = self.pool.alloc_range
-        root = cache.root
         for req in adder.can_run_list:
             if req.status is waiting_status:
                 req.owned_start_page = req.prefix_len // p
@@ -489,29 +481,15 @@ class Scheduler:
                 req.status = prefilling
                 running[req.rid] = req
                 del waiting[req]
-                # The page table starts with the locked prefix's cached pages.
-                node = req.locked_node
-                if node is None or node is root:
-                    req.page_table = []
-                elif node.parent is root:
-                    req.page_table = list(node.pages)
-                else:
-                    parts = []
-                    while node is not root:
-                        parts.append(node.pages)  # type: ignore[union-attr]
-                        node = node.parent  # type: ignore[union-attr]
-                    parts.reverse()
-                    req.page_table = [pid for part in parts for pid in part]
             # NOTE: prefix_len is page aligned for a new request (a key-unit multiple)
             # and a continuation's prefix ends where its owned pages end.
-            end = -(-(req.prefix_len + req.extend_input_len) // p)
-            start = len(req.page_table)
-            ids = alloc_range(start, end - start)
-            if ids is None:  # pragma: no cover - make_room covered the planned lanes
-                raise AssertionError(f"page allocation for {req.rid} failed after admission")
-            req.page_table += ids
-            req.owned_end_page = end
+            req.owned_end_page = -(-(req.prefix_len + req.extend_input_len) // p)
             req.num_chunks += 1
+        # One allocation for the whole batch: the adder planned exactly these pages per
+        # owner lane (and checked they fit free + evictable), so LRU eviction takes the
+        # same nodes as allocating request by request would.
+        if not self.cache.alloc_lanes(adder.planned_lanes):  # pragma: no cover
+            raise AssertionError(f"allocation of {adder.planned_lanes} failed after admission")
         # NOTE: a continuation is always admitted first, before the scan.
         can_run = adder.can_run_list
         self.chunked_req = adder.new_chunked_req or (
@@ -555,12 +533,8 @@ class Scheduler:
             node = req.locked_node
             assert node is not None
             if units > node.end:
-                table = req.page_table
-                lo, hi = node.end * u, units * u
-                pages = table[lo:hi]
-                req.locked_node = cache.insert(node, req.keys, node.end, units, pages)
-                table[lo:hi] = pages  # NOTE: duplicates now name the cached pages
-                req.owned_start_page = hi
+                req.locked_node = cache.insert(node, req.keys, node.end, units)
+                req.owned_start_page = units * u
             if req.computed_tokens >= req.input_len:
                 req.first_token_time = now
                 req.output_len = 1 if req.max_new_tokens > 0 else 0
@@ -577,9 +551,9 @@ class Scheduler:
         self.running.pop(req.rid, None)
 
     def _free_kv(self, req: Request) -> None:
-        if req.owned_end_page > req.owned_start_page:
-            self.pool.free_ids(req.page_table[req.owned_start_page : req.owned_end_page])
-        req.page_table = []
+        n = req.owned_end_page - req.owned_start_page
+        if n > 0:
+            self.pool.release_owned(lane_split(req.owned_start_page, n, self.pool.cp_size))
         req.owned_start_page = req.owned_end_page = 0
         if req.locked_node is not None:
             self.cache.unlock(req.locked_node)
@@ -615,9 +589,7 @@ class Scheduler:
             # and every output token so far.
             need = -(-(req.input_len + req.output_len) // p)
             while req.owned_end_page < need:
-                ids = self.cache.alloc_ids(req.owned_end_page, 1)
-                if ids is not None:
-                    req.page_table += ids
+                if self.cache.alloc_pages(req.owned_end_page, 1) is not None:
                     req.owned_end_page += 1
                     continue
                 victim = self._retract_victim(req)
@@ -758,14 +730,7 @@ class Scheduler:
     # ------------------------------------------------------------------ checks
     def check(self) -> None:
         """Invariant check over cache, pool and every live request's pages."""
-        for r in self.running.values():
-            if len(r.page_table) != r.owned_end_page:
-                raise AssertionError(
-                    f"{r.rid}: page table holds {len(r.page_table)} pages, "
-                    f"owned_end_page is {r.owned_end_page}"
-                )
         check_invariants(
             self.cache,
             [(r.owned_start_page, r.owned_end_page) for r in self.running.values()],
-            [(r.page_table, r.owned_start_page, r.locked_node) for r in self.running.values()],
         )
