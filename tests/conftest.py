@@ -210,9 +210,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="run the whole-engine fuzz with 10,000 examples (PREFILLKIT_FUZZ_LONG=1)",
     )
+    parser.addoption(
+        "--run-slow",
+        action="store_true",
+        default=False,
+        help="also run the tests marked slow (tests/slow/: long fuzz runs, mutation "
+        "checks); PREFILLKIT_RUN_SLOW=1 does the same",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # NOTE: set before collection: the fuzz module reads it when it is imported.
     if config.getoption("--fuzz-long"):
         os.environ["PREFILLKIT_FUZZ_LONG"] = "1"
+    config.addinivalue_line(
+        "markers", "slow: minutes-long run, skipped unless --run-slow or PREFILLKIT_RUN_SLOW=1"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    run_slow = config.getoption("--run-slow") or os.environ.get("PREFILLKIT_RUN_SLOW", "") not in (
+        "",
+        "0",
+    )
+    if run_slow:
+        return
+    skip = pytest.mark.skip(reason="slow: run with --run-slow (or PREFILLKIT_RUN_SLOW=1)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

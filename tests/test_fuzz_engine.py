@@ -25,7 +25,33 @@ then replays it through :class:`~prefillkit.sim.engine.Engine` and checks:
   the forward launched in the last skipping pass; any waiting beyond that is memory's,
   the slot limit's or the queue's, whose progress the liveness check covers;
 - **determinism**: a second run of the same example gives identical per-request rows,
-  batches and summary (the wall-clock time aside) and byte-identical ``--out`` files.
+  batches and summary (the wall-clock time aside) and byte-identical ``--out`` files;
+- **every cap, per batch** (:func:`check_caps`), recomputed from the config and the
+  shapes of the batch as launched (not from the adder's tallies): CP bs=1 when bs>1 is
+  off; with bs>1 the request, page-aligned extend (``min(user, chunk budget)``), cached
+  and estimated-buffer limits, each binding only on a batch of two or more (one
+  oversized request runs alone); chunked requests solo in CP batches (the mixed mode
+  only after a page-aligned carried prefix); the chunk budget over the batch's
+  page-ceiled extends; ``max_prefill_tokens`` (all extends below it with chunking off;
+  with chunking on it is no per-candidate test, only a close after the admission that
+  reaches it: every extend but the last below it, and a batch closed by it reached it);
+  the request-slot limit;
+- **chunk-by-chunk continuity** (:func:`check_chunks`): a chunk starts exactly where the
+  previous one ended, the last ends at the prompt length, cuts are page aligned, at most
+  one request is mid-prompt and it is the scheduler's chunked request in the next pass;
+- **hits against a reference cache** (:func:`check_chunks`): a plain set of key chains
+  inserted when a forward completes, never evicted, bounds from above what a request
+  could have been served at admission: its device + host match, its planned prefix and
+  its reported ``device_hit_tokens + host_hit_tokens``; ``recomputed_tokens`` is at
+  least the prompt minus that bound, and (one admission) equals the extends it ran;
+- **the trace loaders and the CLI** (:func:`test_cli_replay_matches_in_process`): a
+  random Mooncake / prefillkit-JSONL trace file replayed by ``prefillkit replay
+  --trace`` gives the files of an in-process replay of requests built from the same
+  rows without the loaders.
+
+Pools include host tiers of an exact small page count (1-8 pages per lane) and page
+128. Long runs (thousands of requests, long sessions): ``tests/slow/`` (skipped unless
+``pytest --run-slow``).
 
 Budget: ``FUZZ_EXAMPLES`` examples (under a minute on two cores); set
 ``PREFILLKIT_FUZZ_LONG=1`` (``pytest --fuzz-long``) for 10,000, or
@@ -34,6 +60,9 @@ Budget: ``FUZZ_EXAMPLES`` examples (under a minute on two cores); set
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import math
 import os
 import tempfile
@@ -46,9 +75,11 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from prefillkit.cli import run as cli_run
 from prefillkit.config import Config
 from prefillkit.models import MODELS
 from prefillkit.request import ReqStatus, Request, block_key_chain
+from prefillkit.sched.buffer import BufferEstimatorContext, BufferReqShape, estimate_buffer_bytes
 from prefillkit.sched.scheduler import PrefillBatch, Scheduler
 from prefillkit.sim.cost import ReqShape
 from prefillkit.sim.engine import Engine, SimResult
@@ -77,6 +108,8 @@ MAX_FORWARDS = 300
 #: Engine steps after which a replay counts as a livelock (the examples need a few
 #: thousand at most; a livelock runs forever).
 MAX_STEPS = 200_000
+#: Pools up to this many pages are checked every engine step (see :func:`replay`).
+CHECK_PAGES = 8192
 
 
 class LinearCost:
@@ -126,6 +159,8 @@ class Scenario:
     key_mult: int
     real_cost: bool
     notes: list[str] = field(default_factory=list)
+    # Host pages per owner lane the config was sized for (the exact-size host pools).
+    host_pages_per_lane: int | None = None
 
     def config(self) -> Config:
         return Config(**self.cfg_kwargs)
@@ -210,21 +245,34 @@ def _pool_pages_needed(spec: ReqSpec, page: int, clip: int, colocated: bool) -> 
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, *, real_cost: bool | None = None) -> Scenario:
+def scenarios(
+    draw: st.DrawFn,
+    *,
+    real_cost: bool | None = None,
+    workload: st.SearchStrategy[list[ReqSpec]] | None = None,
+    max_forwards: int = MAX_FORWARDS,
+) -> Scenario:
+    """A config and a workload (``workload``: default :func:`workloads`); chunk budgets
+    are raised so that a replay needs at most about ``max_forwards`` forwards."""
     kw: dict[str, Any] = {"debug_check_invariants": True}
     notes: list[str] = []
 
     # --- parallelism and pages
-    cp = draw(st.integers(1, 8))
+    # cp 1 often: max_prefill_tokens and the chunk budget bind most without the CP caps.
+    cp = draw(st.sampled_from([1, 1, 1, 2, 3, 4, 6, 8]))
     kw["cp_size"] = cp
     kw["tp_size"] = cp * draw(st.sampled_from([1, 1, 2]))
     shared_kv = cp > 1 and draw(st.booleans())
     kw["enable_cp_shared_kv"] = shared_kv
-    page = draw(st.sampled_from([1, 2, 4, 16, 64] if cp == 1 else [1, 4, 16, 64, 64]))
+    page = draw(st.sampled_from([1, 2, 4, 16, 64, 128] if cp == 1 else [1, 4, 16, 64, 64, 128]))
     kw["page_size"] = page
     lanes = cp if shared_kv else 1
 
-    reqs = draw(workloads())
+    reqs = draw(workloads() if workload is None else workload)
+    use_real = draw(st.integers(0, 9)) == 0 if real_cost is None else real_cost
+    model = Config().model
+    if use_real:
+        model = kw["model"] = draw(st.sampled_from(list(MODELS)))
     total_input = sum(s.input_len for s in reqs)
 
     # --- scheduler core
@@ -232,7 +280,7 @@ def scenarios(draw: st.DrawFn, *, real_cost: bool | None = None) -> Scenario:
     if chunk is not None:
         # At most a few hundred forwards per replay (the invariant check after every
         # step walks the whole cache): tiny chunks only with small workloads.
-        chunk = max(chunk, -(-total_input // (MAX_FORWARDS * page)) * page)
+        chunk = max(chunk, -(-total_input // (max_forwards * page)) * page)
     kw["chunked_prefill_size"] = chunk
     kw["max_prefill_tokens"] = draw(st.sampled_from([1, page, 256, 2048, 16384]))
     kw["max_running_requests"] = draw(st.sampled_from([None, None, 1, 2, 5]))
@@ -255,30 +303,54 @@ def scenarios(draw: st.DrawFn, *, real_cost: bool | None = None) -> Scenario:
         kw["enable_preempt_on_no_token"] = preempt and draw(st.booleans())
 
     # --- CP shared-KV batching
-    if shared_kv and draw(st.booleans()):
+    if shared_kv and draw(st.sampled_from([True, True, False])):
         kw["enable_cp_shared_kv_prefill_bs_gt1"] = True
         kw["cp_shared_kv_prefill_max_requests"] = draw(st.sampled_from([None, 1, 2, 4]))
         kw["cp_shared_kv_prefill_max_total_extend_tokens"] = draw(
-            st.one_of(st.none(), st.integers(1, 64).map(lambda k: k * page))
+            st.one_of(
+                st.none(),
+                st.sampled_from([1, 2, 4, 8]).map(lambda k: k * page),
+                st.integers(1, 64).map(lambda k: k * page),
+            )
         )
-        kw["cp_shared_kv_prefill_max_cached_tokens"] = draw(st.sampled_from([None, 1, 512, 10_000]))
+        kw["cp_shared_kv_prefill_max_cached_tokens"] = draw(
+            st.sampled_from([None, 1, 512, 2048, 10_000])
+        )
+        # Buffer limits around what one long request needs, so that they bind on some
+        # batches and not on others (capped below the device's free memory).
+        one = estimate_buffer_bytes(
+            [BufferReqShape(0, max(s.input_len for s in reqs))],
+            BufferEstimatorContext(model=MODELS[model], cp_size=cp, page_size=page),
+        )
         kw["cp_shared_kv_prefill_max_buffer_size"] = draw(
-            st.sampled_from([None, None, 1, 2**20, 2**30])
+            st.sampled_from(
+                [None, 1, 2**30, *(max(1, min(int(one * f), 2**32)) for f in (0.5, 1.5, 4))]
+            )
         )
         has_cap = chunk is not None or kw["cp_shared_kv_prefill_max_total_extend_tokens"]
         if has_cap and kw["cp_shared_kv_prefill_max_requests"] is not None:
             kw["cp_prefill_mix_chunked"] = draw(st.booleans())
 
     # --- HiCache
-    if draw(st.booleans()):
+    host_kind = "off"
+    n_host = 0
+    if draw(st.sampled_from([True, True, False])):
         kw["enable_hierarchical_cache"] = True
         kw["hicache_write_policy"] = draw(
             st.sampled_from(["write_through", "write_through_selective", "write_back"])
         )
         kw["hicache_write_through_threshold"] = draw(st.integers(1, 3))
         kw["hicache_load_back_threshold"] = draw(st.sampled_from([0, 10, 200]))
-        if draw(st.booleans()):
+        host_kind = draw(st.sampled_from(["ratio", "size", "exact"]))
+        if host_kind == "ratio":
             kw["hicache_ratio"] = draw(st.sampled_from([1.01, 1.5, 4.0]))
+        elif host_kind == "exact":
+            # Exactly ``n`` host pages per lane: 1 GB over a per-token size of
+            # 1e9 // (n * page) bytes leaves n pages and less than one page over.
+            n_host = draw(st.sampled_from([1, 2, 3, 5, 8]))
+            kw["hicache_size"] = 1
+            kw["kv_bytes_per_token"] = 10**9 // (n_host * page)
+            notes.append(f"host_pages_per_lane={n_host}")
         else:
             # hicache_size GB per GPU with a huge per-token KV size: from a host pool
             # smaller than one request to a few thousand tokens.
@@ -293,16 +365,20 @@ def scenarios(draw: st.DrawFn, *, real_cost: bool | None = None) -> Scenario:
         kw["affinity_max_head_defers"] = draw(st.integers(0, 4))
         kw["affinity_max_age_s"] = draw(st.sampled_from([0.0, 0.05, 0.3, 5.0]))
 
-    use_real = draw(st.integers(0, 9)) == 0 if real_cost is None else real_cost
-    if use_real:
-        kw["model"] = draw(st.sampled_from(list(MODELS)))
-
     key_mult = draw(st.sampled_from([1, 1, 1, 2, 4]))
 
     # --- KV pool: relative to the largest (or a typical) request's need.
     colocated = mode == "colocated"
     needs = sorted(_pool_pages_needed(s, page, kw["clip_max_new_tokens"], colocated) for s in reqs)
-    sizing = draw(st.sampled_from(["barely", "barely", "roomy", "tight", "huge"]))
+    # CP bs>1 batches need room for more than one request (their caps bind then).
+    multi = bool(kw.get("enable_cp_shared_kv_prefill_bs_gt1"))
+    sizing = draw(
+        st.sampled_from(
+            ["barely", "roomy", "roomy", "tight", "huge"]
+            if multi
+            else ["barely", "barely", "roomy", "tight", "huge"]
+        )
+    )
     if sizing == "tight":  # some requests never fit: rejected on arrival
         base = needs[len(needs) // 2]
     else:
@@ -316,10 +392,27 @@ def scenarios(draw: st.DrawFn, *, real_cost: bool | None = None) -> Scenario:
         pages += draw(st.sampled_from([0, 0, 1, lanes - 1]))  # uneven lanes too
     kw["max_total_tokens"] = pages * page
     notes.append(f"sizing={sizing} pool_pages={pages}")
-    return Scenario(kw, reqs, key_mult, use_real, notes)
+    sc = Scenario(kw, reqs, key_mult, use_real, notes)
+    if kw.get("enable_hierarchical_cache") and host_kind == "exact":
+        sc.host_pages_per_lane = n_host
+    return sc
 
 
 # --------------------------------------------------------------------------- the checks
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One request of a launched batch, as launched (requests mutate later)."""
+
+    rid: str
+    prefix: int  # prefix_len: device prefix + loaded host tokens, or the true prefix
+    extend: int
+    loaded: int
+    device_prefix: int  # the in-scan device match (a fresh admission only)
+    host_hit: int  # the in-scan host match (a fresh admission only)
+    input_len: int
+    fresh: bool  # waiting before the pass (else: the chunked continuation)
 
 
 @dataclass(slots=True)
@@ -328,25 +421,74 @@ class PassLog:
     skipped: list[str]
     batch: PrefillBatch | None
     extend_tokens: int  # of the batch, when it was launched (requests mutate later)
+    shapes: list[Shape] = field(default_factory=list)
+    chunked_before: str | None = None  # the scheduler's chunked request entering the pass
+    # Per fresh admission: the hit (tokens) the reference cache could serve then.
+    ref_bound: dict[str, int] = field(default_factory=dict)
+    running_after: int = 0
+
+
+def _ref_hit(ref: set[int], req: Request) -> int:
+    """Tokens of ``req``'s longest key-chain prefix in the reference cache."""
+    u = 0
+    keys = req.keys
+    while u < len(keys) and keys[u] in ref:
+        u += 1
+    return u * req.key_tokens
 
 
 def _instrument(engine: Engine) -> list[PassLog]:
-    """Record, per admission pass, the requests it skipped (their ``head_defers`` grew)."""
+    """Record, per admission pass, the requests it skipped (their ``head_defers`` grew),
+    the shapes of the batch it launched, and the reference-cache bound of every fresh
+    admission. The reference cache is a plain set of keys: a launched request's complete
+    key units are added when its forward completes (``prefill_done``), nothing is ever
+    removed, so it holds every prefix the real caches (device and host) can hold."""
     sched = engine.sched
     inner: Callable[[float], PrefillBatch | None] = sched.get_new_batch_prefill
+    inner_done = sched.prefill_done
     log: list[PassLog] = []
+    ref: set[int] = set()
+    in_flight: dict[int, list[tuple[Request, int]]] = {}
 
     def wrapped(now: float) -> PrefillBatch | None:
         before = {r.rid: r.head_defers for r in sched.waiting}
+        chunked = sched.chunked_req
         batch = inner(now)
+        # A skipped request is still waiting (in arrival order, as engine.requests).
         skipped = [
-            r.rid for r in engine.requests if r.rid in before and r.head_defers > before[r.rid]
+            r.rid for r in sched.waiting if r.rid in before and r.head_defers > before[r.rid]
         ]
         ext = 0 if batch is None else sum(r.extend_input_len for r in batch.reqs)
-        log.append(PassLog(now, skipped, batch, ext))
+        entry = PassLog(now, skipped, batch, ext, chunked_before=chunked and chunked.rid)
+        if batch is not None:
+            for r in batch.reqs:
+                fresh = r.rid in before
+                entry.shapes.append(
+                    Shape(
+                        r.rid,
+                        r.prefix_len,
+                        r.extend_input_len,
+                        r.loaded_tokens,
+                        r.device_prefix_len if fresh else -1,
+                        r.host_hit_len if fresh else -1,
+                        r.input_len,
+                        fresh,
+                    )
+                )
+                if fresh:
+                    entry.ref_bound[r.rid] = _ref_hit(ref, r)
+            in_flight[id(batch)] = [(r, r.prefix_len + r.extend_input_len) for r in batch.reqs]
+        entry.running_after = len(sched.running)
+        log.append(entry)
         return batch
 
+    def done(batch: PrefillBatch, now: float) -> list[Request]:
+        for req, computed in in_flight.pop(id(batch)):
+            ref.update(req.keys[: min(computed // req.key_tokens, len(req.keys))])
+        return inner_done(batch, now)
+
     sched.get_new_batch_prefill = wrapped  # type: ignore[method-assign]
+    sched.prefill_done = done  # type: ignore[method-assign]
     return log
 
 
@@ -374,8 +516,18 @@ def _step_check(sched: Scheduler) -> None:
         assert req.rid in sched.running
 
 
-def replay(sc: Scenario) -> tuple[Engine, SimResult, list[PassLog]]:
+def replay(
+    sc: Scenario, *, check_every: int | None = None, max_steps: int = MAX_STEPS
+) -> tuple[Engine, SimResult, list[PassLog]]:
+    """Replay ``sc``, checking the invariants every ``check_every`` engine steps (every
+    step: through ``debug_check_invariants``; long runs check less often). The default
+    is every step up to ``CHECK_PAGES`` pool pages, and proportionally less often above
+    (the page-level invariant check walks every page)."""
     cfg = sc.config()
+    if check_every is None:
+        check_every = max(1, cfg.max_total_tokens // cfg.resolved_page_size // CHECK_PAGES)
+    if check_every > 1:
+        cfg = Config(**{**sc.cfg_kwargs, "debug_check_invariants": False})
     reqs = sc.requests()
     engine = Engine(cfg, reqs, cost=None if sc.real_cost else LinearCost())
     log = _instrument(engine)
@@ -385,8 +537,11 @@ def replay(sc: Scenario) -> tuple[Engine, SimResult, list[PassLog]]:
     def step(finished: int, total: int) -> None:
         nonlocal steps
         steps += 1
-        _step_check(sched)
-        if steps > MAX_STEPS:
+        if steps % check_every == 0:
+            if check_every > 1:
+                sched.check()
+            _step_check(sched)
+        if steps > max_steps:
             raise AssertionError(
                 f"livelock: {steps} engine steps, {finished} of {total} requests done, "
                 f"{sched.stats}"
@@ -431,7 +586,7 @@ def check_end_state(sc: Scenario, engine: Engine, result: SimResult) -> None:
         assert req.finish_time is not None and req.finish_time >= req.first_token_time
         assert req.num_chunks >= 1
         assert req.device_hit_tokens + req.host_hit_tokens < req.input_len
-        if not sched.cfg.chunking_enabled and req.preemptions == 0:
+        if not sched.cfg.chunking_enabled and _requeues(req) == 0:
             assert req.num_chunks == 1, (req.rid, req.num_chunks)
     assert summary["rejected"] == rejected == sched.stats.rejected
     assert summary["completed"] == len(result.requests) - rejected
@@ -481,6 +636,171 @@ def check_affinity(engine: Engine, result: SimResult, log: list[PassLog]) -> Non
     assert sum(b.skips for b in result.batches) == total_skips
 
 
+def _requeues(req: Request) -> int:
+    """Times ``req`` went back to the queue (priority preemptions and, where counted
+    apart, decode retractions)."""
+    return req.preemptions + int(getattr(req, "retractions", 0))
+
+
+def _ceil(tokens: int, page: int) -> int:
+    return -(-tokens // page) * page
+
+
+def check_caps(sc: Scenario, engine: Engine, log: list[PassLog]) -> None:
+    """Every admission cap, per launched batch, from the config and the batch's shapes.
+
+    Assertion messages start with ``cap:<name>`` (the mutation tests match on them)."""
+    cfg = sc.config()
+    page = cfg.resolved_page_size
+    chunk = cfg.chunked_prefill_size
+    cp = cfg.cp_size > 1
+    bs_gt1 = cp and cfg.enable_cp_shared_kv_prefill_bs_gt1
+    user = cfg.cp_shared_kv_prefill_max_total_extend_tokens
+    ext_limit: int | None = None
+    if bs_gt1:
+        caps = [c for c in (user, chunk) if c is not None]
+        ext_limit = min(caps) if caps else None
+    # On the CP bs>1 path the legacy input budget is raised to the CP extend limit.
+    input_budget = cfg.max_prefill_tokens
+    if ext_limit is not None:
+        input_budget = max(input_budget, ext_limit)
+    max_reqs = cfg.cp_shared_kv_prefill_max_requests
+    max_cached = cfg.cp_shared_kv_prefill_max_cached_tokens
+    max_buffer = cfg.cp_shared_kv_prefill_max_buffer_size
+    ctx = BufferEstimatorContext(
+        model=cfg.model_spec,
+        kv_cache_dtype=cfg.resolved_kv_cache_dtype,
+        cp_size=cfg.cp_size,
+        page_size=page,
+    )
+    slots = cfg.max_running_requests
+    for b, p in enumerate(x for x in log if x.batch is not None):
+        assert p.batch is not None
+        shapes = p.shapes
+        n = len(shapes)
+        exts = [_ceil(s.extend, page) for s in shapes]
+        total = sum(exts)
+        where = f"batch {b} at {p.now}: {shapes} closed by {p.batch.closed_by}"
+        assert n >= 1, where
+        if slots is not None:
+            assert p.running_after <= slots, f"cap:max_running_requests {where}"
+        if cp and not bs_gt1:
+            assert n == 1, f"cap:cp_bs1 {where}"
+        if chunk is not None:
+            assert total <= chunk, f"cap:chunk_budget {total} > {chunk} {where}"
+            if p.batch.closed_by == "chunk_budget":
+                # Closed by the chunk budget: no page of it was left.
+                assert total > chunk - page, f"cap:chunk_budget_close {where}"
+            if p.batch.closed_by == "max_prefill_tokens":
+                # With chunking on the input budget only closes a batch that reached it.
+                assert total >= input_budget, f"cap:max_prefill_tokens_close {where}"
+        if n == 1:
+            continue  # a single request runs alone, whatever its size
+        if chunk is None:
+            assert total < input_budget, f"cap:max_prefill_tokens {total} {where}"
+        else:
+            assert total - exts[-1] < input_budget, f"cap:max_prefill_tokens {total} {where}"
+        if cp and not cfg.cp_prefill_mix_chunked:
+            for s in shapes[:-1]:
+                solo = s.fresh and s.prefix + s.extend == s.input_len
+                assert solo, f"cap:chunked_solo {s.rid} {where}"
+        if cp and cfg.cp_prefill_mix_chunked and not shapes[0].fresh:
+            assert shapes[0].prefix % page == 0, f"cap:chunked_solo unaligned {where}"
+        if not bs_gt1:
+            continue
+        if max_reqs is not None:
+            assert n <= max_reqs, f"cap:cp_max_requests {where}"
+        if ext_limit is not None:
+            assert total <= ext_limit, f"cap:cp_max_total_extend_tokens {total} {where}"
+        if max_cached is not None:
+            cached = sum(s.prefix for s in shapes)
+            assert cached <= max_cached, f"cap:cp_max_cached_tokens {cached} {where}"
+        if max_buffer is not None:
+            est = estimate_buffer_bytes(
+                [BufferReqShape(s.prefix, s.extend, s.loaded) for s in shapes], ctx
+            )
+            assert est <= max_buffer, f"cap:cp_max_buffer_size {est} {where}"
+    if max_reqs is not None and bs_gt1:
+        for p in log:
+            if p.batch is not None and p.batch.closed_by == "cp_max_requests":
+                assert len(p.shapes) == max_reqs, f"cap:cp_max_requests_close {p.shapes}"
+    if sc.host_pages_per_lane is not None:
+        lanes = cfg.cp_size if cfg.enable_cp_shared_kv else 1
+        assert engine.dep.host_pages == sc.host_pages_per_lane * lanes, engine.dep
+
+
+def check_chunks(sc: Scenario, engine: Engine, result: SimResult, log: list[PassLog]) -> None:
+    """Chunk-by-chunk prefix continuity and hits bounded by the reference cache.
+
+    Messages start with ``chunk:`` or ``hit:``."""
+    cfg = sc.config()
+    page = cfg.resolved_page_size
+    chunk = cfg.chunked_prefill_size
+    aligned_cuts = chunk is None or chunk % page == 0
+    expect: dict[str, int] = {}  # rid -> where its next chunk must start
+    bound: dict[str, int] = {}  # rid -> reference bound at its last fresh admission
+    first: dict[str, Shape] = {}  # rid -> its last fresh admission
+    ran: dict[str, int] = {}  # rid -> extend tokens since its last fresh admission
+    chunks: dict[str, int] = {}  # rid -> chunks launched, all admissions
+    for p in log:
+        # The chunked request entering a pass is exactly the one left mid-prompt.
+        assert len(expect) <= 1, f"chunk:two requests mid-prompt {expect}"
+        mid = next(iter(expect), None)
+        assert p.chunked_before == mid, f"chunk:chunked_req {p.chunked_before} != {mid}"
+        if p.batch is None:
+            continue
+        for j, s in enumerate(p.shapes):
+            where = f"at {p.now}: {s}"
+            assert s.extend >= 1, f"chunk:empty extend {where}"
+            end = s.prefix + s.extend
+            assert end <= s.input_len, f"chunk:past the prompt {where}"
+            if s.fresh:
+                assert s.rid not in expect, f"chunk:readmitted mid-prompt {where}"
+                assert s.prefix % page == 0, f"chunk:unaligned prefix {where}"
+                assert 0 <= s.loaded <= s.host_hit, f"chunk:loaded {where}"
+                assert s.prefix == s.device_prefix + s.loaded, f"chunk:prefix {where}"
+                ref = p.ref_bound[s.rid]
+                assert s.device_prefix + s.host_hit <= ref, f"hit:match {ref} {where}"
+                bound[s.rid] = ref
+                first[s.rid] = s
+                ran[s.rid] = 0
+            else:
+                assert j == 0 and s.rid == p.chunked_before, f"chunk:not first {where}"
+                assert expect.get(s.rid) == s.prefix, (
+                    f"chunk:continuity expected {expect.get(s.rid)} {where}"
+                )
+                assert s.loaded == 0, f"chunk:continuation loads {where}"
+            ran[s.rid] += s.extend
+            chunks[s.rid] = chunks.get(s.rid, 0) + 1
+            if end < s.input_len:
+                if aligned_cuts:
+                    assert end % page == 0, f"chunk:unaligned cut {where}"
+                expect[s.rid] = end
+            else:
+                expect.pop(s.rid, None)
+                assert ran[s.rid] == s.input_len - first[s.rid].prefix, f"chunk:sum {where}"
+    assert not expect, f"chunk:never finished {expect}"
+    for req in result.requests:
+        if req.status is not ReqStatus.FINISHED:
+            continue
+        row = request_row(req)
+        rid = req.rid
+        hit = req.device_hit_tokens + req.host_hit_tokens
+        assert 0 <= hit <= bound[rid], f"hit:reported {rid} {hit} > {bound[rid]}"
+        recomputed = row["recomputed_tokens"]
+        assert recomputed is not None and recomputed >= req.input_len - bound[rid], (
+            f"hit:recomputed {rid} {recomputed} < {req.input_len} - {bound[rid]}"
+        )
+        if _requeues(req) == 0:  # one admission: the report is what the batches ran
+            s = first[rid]
+            assert (req.device_hit_tokens, req.host_hit_tokens) == (
+                s.device_prefix,
+                s.loaded,
+            ), f"hit:reported split {rid} {s}"
+            assert recomputed == ran[rid], f"hit:recomputed {rid} {recomputed} != {ran[rid]}"
+            assert req.num_chunks == chunks[rid], f"chunk:num_chunks {rid}"
+
+
 def fingerprint(result: SimResult, cfg: Config) -> tuple[object, ...]:
     """Everything a run reports: request rows, batches, summary, and the bytes of the
     ``--out`` files (``summary.json``, ``requests.csv``, ``batches.csv``)."""
@@ -497,12 +817,16 @@ def describe_scenario(sc: Scenario) -> None:
     note(f"{len(sc.reqs)} requests, key_mult={sc.key_mult}, real_cost={sc.real_cost} {sc.notes}")
 
 
-def run_scenario(sc: Scenario) -> None:
-    engine, result, log = replay(sc)
+def run_scenario(
+    sc: Scenario, *, check_every: int | None = None, max_steps: int = MAX_STEPS
+) -> None:
+    engine, result, log = replay(sc, check_every=check_every, max_steps=max_steps)
     check_end_state(sc, engine, result)
     check_batches(engine, result, log)
+    check_caps(sc, engine, log)
+    check_chunks(sc, engine, result, log)
     check_affinity(engine, result, log)
-    _, again, _ = replay(sc)
+    _, again, _ = replay(sc, check_every=check_every, max_steps=max_steps)
     cfg = sc.config()
     assert fingerprint(again, cfg) == fingerprint(result, cfg), "same input, different results"
 
@@ -597,3 +921,235 @@ def test_priority_preemption_and_decode_retraction_do_not_livelock() -> None:
     _, result, _ = replay(sc)
     assert result.summary["completed"] == len(reqs)
     assert result.summary["preemptions"] + result.summary["retractions"] < 100
+
+
+# --------------------------------------------------------------------------- loaders + CLI
+
+
+@dataclass(frozen=True, slots=True)
+class TraceFile:
+    """A drawn trace file: ``fmt`` is mooncake, jsonl-hash, jsonl-tokens or jsonl-len."""
+
+    fmt: str
+    rows: list[dict[str, Any]]
+    block_size: int
+    cfg_kwargs: dict[str, Any]
+    time_scale: float = 1.0
+
+    def arrivals(self) -> list[float]:
+        """Arrival times as the replay options define them: re-based so that the first
+        row arrives at 0, then multiplied by ``--time-scale``."""
+        raw = [r["timestamp"] / 1000.0 if "timestamp" in r else r["arrival_s"] for r in self.rows]
+        times = [t - raw[0] for t in raw]
+        return times if self.time_scale == 1.0 else [t * self.time_scale for t in times]
+
+    def text(self) -> str:
+        return "".join(json.dumps(r) + "\n" for r in self.rows)
+
+    def requests(self) -> list[Request]:
+        """The requests the rows mean, built directly (not through the loaders)."""
+        page = int(self.cfg_kwargs["page_size"])
+        out: list[Request] = []
+        times = self.arrivals()
+        for line, r in enumerate(self.rows, 1):
+            prio = int(r.get("priority", 0))
+            t = times[line - 1]
+            if self.fmt == "mooncake":
+                out.append(
+                    Request.from_block_hashes(
+                        f"L{line}",
+                        r["hash_ids"],
+                        input_len=r["input_length"],
+                        block_size=self.block_size,
+                        page_size=page,
+                        arrival_time=t,
+                        max_new_tokens=r["output_length"],
+                        priority=prio,
+                    )
+                )
+            elif self.fmt == "jsonl-hash":
+                out.append(
+                    Request.from_block_hashes(
+                        r["rid"],
+                        r["hash_ids"],
+                        input_len=r["input_len"],
+                        block_size=r["block_size"],
+                        page_size=page,
+                        arrival_time=t,
+                        max_new_tokens=r["output_len"],
+                        priority=prio,
+                    )
+                )
+            elif self.fmt == "jsonl-tokens":
+                out.append(
+                    Request.from_tokens(
+                        r["rid"],
+                        r["tokens"],
+                        page_size=page,
+                        arrival_time=t,
+                        max_new_tokens=r["output_len"],
+                        priority=prio,
+                    )
+                )
+            else:
+                out.append(
+                    Request(
+                        rid=f"L{line}",
+                        arrival_time=t,
+                        input_len=r["input_len"],
+                        max_new_tokens=r["output_len"],
+                        keys=[],
+                        key_tokens=page,
+                        priority=prio,
+                    )
+                )
+        return out
+
+    def flags(self) -> list[str]:
+        """Every setting as an explicit SGLang-spelled flag (no deployment default
+        applies: tp, cp, shared KV and HiCache are always given)."""
+        out: list[str] = []
+        for k, v in self.cfg_kwargs.items():
+            flag = "--" + k.replace("_", "-")
+            if isinstance(v, bool):
+                out.append(f"{flag}={'true' if v else 'false'}")
+            else:
+                out += [flag, "none" if v is None else str(v)]
+        return out
+
+
+@st.composite
+def trace_files(draw: st.DrawFn) -> TraceFile:
+    fmt = draw(st.sampled_from(["mooncake", "mooncake", "jsonl-hash", "jsonl-tokens", "jsonl-len"]))
+    page = draw(st.sampled_from([1, 16, 64, 128, 128]))
+    block = draw(st.sampled_from([16, 64, 128, 512])) if fmt != "jsonl-tokens" else page
+    n = draw(st.integers(1, 20))
+    n_sessions = draw(st.integers(1, n))
+    sys_len = draw(st.sampled_from([0, 100, 700, 1500]))
+    grown = [sys_len] * n_sessions
+    t_ms = 0
+    rows: list[dict[str, Any]] = []
+    for i in range(n):
+        t_ms += draw(st.sampled_from([0, 0, 3, 40, 500]))
+        sess = draw(st.integers(0, n_sessions - 1))
+        grown[sess] += draw(st.integers(1, 900))
+        input_len = min(grown[sess], 3000)
+        out_len = draw(st.sampled_from([0, 1, 5, 60]))
+        prio = draw(st.integers(0, 2))
+
+        def unit(b: int, sess: int = sess) -> int:  # chain-consistent within a session
+            return 1 + b if b * block < sys_len else 10**6 * (sess + 1) + b
+
+        hash_ids = [unit(b) for b in range(-(-input_len // block))]
+        if fmt == "mooncake":
+            row: dict[str, Any] = {
+                "timestamp": t_ms,
+                "input_length": input_len,
+                "output_length": out_len,
+                "hash_ids": hash_ids,
+            }
+        elif fmt == "jsonl-hash":
+            row = {"rid": f"q{i}", "arrival_s": t_ms / 1000.0, "output_len": out_len}
+            row |= {"hash_ids": hash_ids, "block_size": block, "input_len": input_len}
+        elif fmt == "jsonl-tokens":
+            tokens = [t if t < sys_len else 7_000_000 * (sess + 1) + t for t in range(input_len)]
+            row = {"rid": f"q{i}", "arrival_s": t_ms / 1000.0, "output_len": out_len}
+            row["tokens"] = tokens
+        else:
+            row = {"arrival_s": t_ms / 1000.0, "output_len": out_len, "input_len": input_len}
+        if prio:
+            row["priority"] = prio
+        rows.append(row)
+
+    kw: dict[str, Any] = {"page_size": page, "debug_check_invariants": True}
+    cp = draw(st.sampled_from([1, 1, 2, 4]))
+    kw["tp_size"] = cp
+    kw["cp_size"] = cp
+    kw["enable_cp_shared_kv"] = cp > 1
+    lanes = cp
+    chunk = draw(st.sampled_from([None, 2, 8, 32]))
+    kw["chunked_prefill_size"] = None if chunk is None else chunk * max(page, 16)
+    if cp > 1 and draw(st.booleans()):
+        kw["enable_cp_shared_kv_prefill_bs_gt1"] = True
+        kw["cp_shared_kv_prefill_max_requests"] = draw(st.sampled_from([None, 2, 3]))
+    kw["max_prefill_tokens"] = draw(st.sampled_from([256, 4096, 16384]))
+    kw["schedule_policy"] = draw(st.sampled_from(["fcfs", "lpm", "dfs-weight", "lof"]))
+    kw["mode"] = draw(st.sampled_from(["pd-prefill", "colocated"]))
+    host = draw(st.sampled_from(["off", "ratio", "exact"]))
+    kw["enable_hierarchical_cache"] = host != "off"
+    if host == "ratio":
+        kw["hicache_ratio"] = 2.0
+    elif host == "exact":
+        kw["hicache_size"] = 1
+        kw["kv_bytes_per_token"] = 10**9 // (draw(st.sampled_from([1, 2, 4])) * page)
+    longest = max(
+        int(r.get("input_length", r.get("input_len", len(r.get("tokens", []))))) for r in rows
+    )
+    need = -(-(longest + 64 + page) // page) + 1
+    pages = need * draw(st.sampled_from([1, 1, 3]))
+    pages = -(-pages // lanes) * lanes
+    kw["max_total_tokens"] = pages * page
+    return TraceFile(fmt, rows, block, kw, draw(st.sampled_from([1.0, 1.0, 0.5, 3.0])))
+
+
+def _read_csv(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+@settings(FUZZ_SETTINGS, max_examples=max(5, FUZZ_EXAMPLES // 4))
+@given(tf=trace_files())
+def test_cli_replay_matches_in_process(tf: TraceFile) -> None:
+    """``prefillkit replay --trace FILE`` on a random trace file (Mooncake or prefillkit
+    JSONL) writes what an in-process replay of the same rows writes: the loader reads
+    every row as the format says, the CLI builds the config its flags say, and the
+    request table holds each row's id, arrival and lengths."""
+    note(f"{tf.fmt} block={tf.block_size} x{tf.time_scale} {tf.cfg_kwargs} rows={len(tf.rows)}")
+    with tempfile.TemporaryDirectory(prefix="prefillkit-fuzz-cli-") as tmp:
+        trace = Path(tmp) / "trace.jsonl"
+        trace.write_text(tf.text(), encoding="utf-8")
+        fmt = "mooncake" if tf.fmt == "mooncake" else "jsonl"
+        argv = ["replay", "--trace", str(trace), "--format", fmt, "-q", "--json"]
+        if tf.time_scale != 1.0:
+            argv += ["--time-scale", str(tf.time_scale)]
+        if tf.fmt == "mooncake" and tf.block_size != 512:
+            argv += ["--block-size", str(tf.block_size)]
+        out = Path(tmp) / "cli"
+        argv += ["--out", str(out), *tf.flags()]
+        assert cli_run(argv) == 0, argv
+
+        cfg = Config(**tf.cfg_kwargs)
+        reqs = tf.requests()
+        result = Engine(cfg, reqs).run()
+        mine = Path(tmp) / "mine"
+        write_run(result, mine, name="cli", config=cfg, workload={"source": "fuzz"})
+        for name in ("requests.csv", "batches.csv"):
+            cli_text = (out / name).read_text(encoding="utf-8")
+            assert cli_text == (mine / name).read_text(encoding="utf-8"), name
+        cli_doc = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        my_doc = json.loads((mine / "summary.json").read_text(encoding="utf-8"))
+        for key in ("config", "deployment", "metrics", "partial"):
+            assert cli_doc[key] == my_doc[key], key
+        assert not cli_doc["partial"]
+
+        # The loader, checked against the rows themselves.
+        rows = _read_csv((out / "requests.csv").read_text(encoding="utf-8"))
+        by_rid = {r["rid"]: r for r in rows}
+        assert len(by_rid) == len(rows) == len(tf.rows)
+        for req in reqs:
+            row = by_rid[req.rid]
+            assert float(row["arrival_s"]) == req.arrival_time
+            assert int(row["input_len"]) == req.input_len
+            out_col = "max_new_tokens" if "max_new_tokens" in row else "output_len"
+            assert int(row[out_col]) == req.max_new_tokens
+            assert int(row["priority"]) == req.priority
+        batches = _read_csv((out / "batches.csv").read_text(encoding="utf-8"))
+        assert len(batches) == len(result.batches)
+        done = [r for r in rows if r["status"] != "rejected"]
+        column = (
+            "raw_extend_tokens"
+            if batches and "raw_extend_tokens" in batches[0]
+            else "extend_tokens"
+        )
+        assert sum(int(b[column]) for b in batches) >= sum(
+            int(r["recomputed_tokens"]) for r in done
+        )

@@ -1,0 +1,255 @@
+"""The whole-engine fuzz's per-batch checks can fail: each catches a deliberate mutation.
+
+Each case edits the source text of a scratch copy of ``prefillkit.sched.adder`` or
+``prefillkit.sched.scheduler`` (the installed modules are untouched), loads the copy
+as a fresh module, points the engine at its ``Scheduler`` and runs the fuzz's scenarios
+until one fails. The failure must come from the check named by the case (its assertion
+message starts with the tag): failures of other checks are skipped over, so a case
+passes only when *that* check sees the mutation. Invariant checks are off (a mutation
+often breaks the cache accounting first, which would hide the check under test).
+
+Marked slow (a minute or two): ``pytest --run-slow tests/slow/test_fuzz_mutations.py``.
+When a mutated line no longer exists in the source, the case fails saying so: update it.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+
+import prefillkit.sched.adder as adder_mod
+import prefillkit.sched.scheduler as scheduler_mod
+import prefillkit.sim.engine as engine_mod
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import test_fuzz_engine as fz
+
+pytestmark = pytest.mark.slow
+
+#: Examples tried per mutation before giving up (the cases are caught in far fewer).
+MAX_TRIES = 2500
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    name: str
+    module: str  # "adder" or "scheduler"
+    old: str  # source text replaced (every occurrence; must occur)
+    new: str
+    tag: str  # the assertion-message prefix of the check that must catch it
+    check: str  # "caps" or "chunks"
+
+
+MUTATIONS = [
+    Mutation(
+        "CP bs=1 gate off",
+        "adder",
+        'if limits.cp_mode == "bs1":',
+        "if False:",
+        "cap:cp_bs1",
+        "caps",
+    ),
+    Mutation(
+        "cp_max_requests off by one",
+        "adder",
+        "len(can_run) >= limits.cp_max_requests",
+        "len(can_run) > limits.cp_max_requests",
+        "cap:cp_max_requests",
+        "caps",
+    ),
+    Mutation(
+        "CP extend limit ignores the candidate",
+        "adder",
+        "self.batch_extend_tokens + ext > self.cp_extend_limit",
+        "self.batch_extend_tokens > self.cp_extend_limit",
+        "cap:cp_max_total_extend_tokens",
+        "caps",
+    ),
+    Mutation(
+        "CP cached limit ignores the candidate",
+        "adder",
+        "self.batch_cached_tokens + prefix_len > limits.cp_max_cached_tokens",
+        "self.batch_cached_tokens > limits.cp_max_cached_tokens",
+        "cap:cp_max_cached_tokens",
+        "caps",
+    ),
+    Mutation(
+        "buffer limit estimates the batch without the candidate",
+        "adder",
+        "shapes = [*self.batch_shapes, BufferReqShape(prefix_len, extend, loaded)]",
+        "shapes = self.batch_shapes",
+        "cap:cp_max_buffer_size",
+        "caps",
+    ),
+    Mutation(
+        "chunked requests not solo in CP batches",
+        "adder",
+        "if self.has_chunked_req_in_batch and not self.chunk_allows_followers():",
+        "if False:",
+        "cap:chunked_solo",
+        "caps",
+    ),
+    Mutation(
+        "chunk cut one page past the chunk budget",
+        "adder",
+        "extend = ext = (chunk - self.batch_extend_tokens) // p * p\n",
+        "extend = ext = (chunk - self.batch_extend_tokens) // p * p + p\n",
+        "cap:chunk_budget",
+        "caps",
+    ),
+    Mutation(
+        "max_prefill_tokens (chunking off) with slack",
+        "adder",
+        ">= rem_input",
+        "> rem_input + 4 * p",
+        "cap:max_prefill_tokens",
+        "caps",
+    ),
+    Mutation(
+        "max_prefill_tokens back as a per-candidate test with chunking on",
+        "adder",
+        "chunk is None and can_run",
+        "can_run",
+        "cap:max_prefill_tokens_close",
+        "caps",
+    ),
+    Mutation(
+        "input budget never closes the batch",
+        "adder",
+        "if used >= self.input_budget:",
+        "if used >= self.input_budget + 10**9:",
+        "cap:max_prefill_tokens",
+        "caps",
+    ),
+    Mutation(
+        "one request slot too many",
+        "scheduler",
+        "slots = self.max_running_requests - len(self.running)",
+        "slots = self.max_running_requests - len(self.running) + 1",
+        "cap:max_running_requests",
+        "caps",
+    ),
+    Mutation(
+        "chunk boundary shifted back one token",
+        "scheduler",
+        "req.computed_tokens = req.prefix_len + req.extend_input_len\n",
+        "req.computed_tokens = req.prefix_len + req.extend_input_len - (\n"
+        "                1 if req.prefix_len + req.extend_input_len < req.input_len else 0)\n",
+        "chunk:continuity",
+        "chunks",
+    ),
+    Mutation(
+        "chunk cut one token short of the page",
+        "adder",
+        "            extend = ext = (chunk - self.batch_extend_tokens) // p * p\n",
+        "            ext = (chunk - self.batch_extend_tokens) // p * p\n"
+        "            extend = ext - 1 if ext > 1 else ext\n",
+        "chunk:unaligned cut",
+        "chunks",
+    ),
+    Mutation(
+        "reported host hit is the host match, not what was loaded",
+        "scheduler",
+        "req.host_hit_tokens = req.loaded_tokens",
+        "req.host_hit_tokens = req.host_hit_len",
+        "hit:reported",
+        "chunks",
+    ),
+    Mutation(
+        "reported device hit one unit too long",
+        "scheduler",
+        "req.device_hit_tokens = req.device_prefix_len",
+        "req.device_hit_tokens = req.device_prefix_len + req.key_tokens",
+        "hit:reported",
+        "chunks",
+    ),
+    Mutation(
+        "the request's host match claims a key unit more than the cache holds",
+        "adder",
+        "req.host_hit_len = host_hit\n",
+        "req.host_hit_len = host_hit + kt\n",
+        "hit:match",
+        "chunks",
+    ),
+]
+
+
+def _load(name: str, source: str, path: str) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__file__ = path
+    sys.modules[name] = mod  # dataclasses look their module up while the class is built
+    exec(compile(source, path, "exec"), mod.__dict__)
+    return mod
+
+
+def _mutated_scheduler(m: Mutation, monkeypatch: pytest.MonkeyPatch) -> type:
+    """The ``Scheduler`` of a scratch copy with ``m`` applied (to the adder or itself)."""
+    sources = {}
+    for key, mod in (("adder", adder_mod), ("scheduler", scheduler_mod)):
+        assert mod.__file__ is not None
+        sources[key] = Path(mod.__file__).read_text(encoding="utf-8")
+    text = sources[m.module]
+    assert m.old in text, f"{m.name}: {m.old!r} is no longer in sched/{m.module}.py"
+    sources[m.module] = text.replace(m.old, m.new)
+    # The scheduler copy imports the adder copy: swap it in while the copy is loaded.
+    adder = _load("prefillkit_mutant_adder", sources["adder"], "<mutant adder>")
+    monkeypatch.setitem(sys.modules, "prefillkit.sched.adder", adder)
+    sched = _load("prefillkit_mutant_scheduler", sources["scheduler"], "<mutant scheduler>")
+    monkeypatch.setitem(sys.modules, "prefillkit.sched.adder", adder_mod)
+    monkeypatch.setattr(engine_mod, "PrefillBatch", sched.PrefillBatch)
+    cls: type = sched.Scheduler
+    return cls
+
+
+def _checker(name: str) -> Callable[[fz.Scenario], None]:
+    def caps(sc: fz.Scenario) -> None:
+        engine, _, log = fz.replay(sc, check_every=10**9)
+        fz.check_caps(sc, engine, log)
+
+    def chunks(sc: fz.Scenario) -> None:
+        engine, result, log = fz.replay(sc, check_every=10**9)
+        fz.check_chunks(sc, engine, result, log)
+
+    return {"caps": caps, "chunks": chunks}[name]
+
+
+@pytest.mark.parametrize("m", MUTATIONS, ids=[m.name for m in MUTATIONS])
+def test_fuzz_catches_mutation(m: Mutation, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_mod, "Scheduler", _mutated_scheduler(m, monkeypatch))
+    check = _checker(m.check)
+    seen: list[str] = []
+    tried = [0]
+
+    @settings(
+        max_examples=MAX_TRIES,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=[Phase.generate],
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(sc=fz.scenarios())
+    def run(sc: fz.Scenario) -> None:
+        tried[0] += 1
+        try:
+            check(sc)
+        except AssertionError as exc:
+            if str(exc).startswith(m.tag):
+                raise
+            seen.append(str(exc).splitlines()[0][:120])
+        except Exception as exc:  # the mutant crashed elsewhere: not this check
+            seen.append(f"{type(exc).__name__}: {exc}"[:120])
+
+    try:
+        run()
+    except AssertionError as exc:
+        assert str(exc).startswith(m.tag), (m.name, str(exc)[:300], seen[:5])
+        return
+    raise AssertionError(f"{m.name}: not caught in {tried[0]} examples; other: {seen[:5]}")
