@@ -107,6 +107,9 @@ def _write_run(
                     status[i],
                     "queue_full" if status[i] == "rejected" else "",
                     int(req["preemptions"][i]),
+                    0,  # retractions
+                    0,  # requeue_recomputed_tokens
+                    0.0,  # requeue_lost_s
                     int(req["affinity_skips"][i]),
                     _cache_class(req, i) if scheduled else "",
                     "",

@@ -91,6 +91,9 @@ class Request:
 
     rid: str
     arrival_time: float
+    # Tokens to prefill: the prompt, plus the kept output after a retraction or
+    # preemption (upstream refills origin_input_ids + output_ids). ``prompt_len`` is
+    # the prompt alone.
     input_len: int
     max_new_tokens: int
     keys: list[int]
@@ -115,7 +118,7 @@ class Request:
     # (yet) in the cache. NOTE: owned_start_page is always key-unit aligned.
     owned_start_page: int = 0
     owned_end_page: int = 0
-    # Output tokens produced so far (colocated decode).
+    # Output tokens produced so far (colocated decode); kept across a requeue.
     output_len: int = 0
     # Passes in which affinity skipped (deferred) this request, at any queue position;
     # the K bound compares it. NOTE: "head" is historical (the knob's name).
@@ -135,13 +138,24 @@ class Request:
     device_hit_tokens: int = 0
     host_hit_tokens: int = 0
     reject_reason: str | None = None
+    # Priority preemptions and decode retractions of this request (each requeues it).
     preemptions: int = 0
+    retractions: int = 0
+    # Tokens prefilled again after a requeue (prompt and kept output; chunks summed).
+    requeue_recomputed_tokens: int = 0
+    # Seconds from each requeue until its re-prefill completed (decoding resumes),
+    # summed; requeued_time is the pending requeue's time (None: none pending).
+    requeue_lost_s: float = 0.0
+    requeued_time: float | None = None
     extra: dict[str, object] = field(default_factory=dict)
     # Units a match may cover: at least one prompt token is always computed.
-    # NOTE: derived once in __post_init__ (keys and input_len never change).
+    # NOTE: derived in __post_init__ and again on a requeue (input_len grows then).
     max_match_units: int = field(init=False, default=0)
+    # The prompt's length (input_len on arrival; never changes).
+    prompt_len: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
+        self.prompt_len = self.input_len
         self.max_match_units = min(len(self.keys), (self.input_len - 1) // self.key_tokens)
 
     @classmethod
@@ -196,8 +210,14 @@ class Request:
         """Prompt tokens not yet computed."""
         return self.input_len - self.computed_tokens
 
-    def reset_for_requeue(self) -> None:
-        """Forget admission state (after preemption or retraction)."""
+    def reset_for_requeue(self, now: float | None = None) -> None:
+        """Forget admission state (after preemption or retraction), keeping the output.
+
+        As upstream keeps ``output_ids``: the re-prefill covers the prompt plus every
+        output token so far (``input_len = prompt_len + output_len``) and then yields
+        the next token; ``output_len`` does not go back. ``now``: the requeue time, from
+        which ``requeue_lost_s`` counts until the re-prefill completes.
+        """
         self.status = ReqStatus.WAITING
         self.computed_tokens = 0
         self.device_prefix_len = 0
@@ -205,6 +225,9 @@ class Request:
         self.prefix_len = 0
         self.loaded_tokens = 0
         self.extend_input_len = 0
-        self.output_len = 0
+        self.input_len = self.prompt_len + self.output_len
+        self.max_match_units = min(len(self.keys), (self.input_len - 1) // self.key_tokens)
         self.owned_start_page = 0
         self.owned_end_page = 0
+        if now is not None and self.requeued_time is None:
+            self.requeued_time = now

@@ -397,7 +397,7 @@ class PrefillAdder:
         host_hit = match.units * kt - device_prefix
         req.device_prefix_len = device_prefix
         req.host_hit_len = host_hit
-        max_new = req.max_new_tokens
+        max_new = req.max_new_tokens - req.output_len  # output kept across a requeue
         if max_new > limits.clip_max_new_tokens:
             max_new = limits.clip_max_new_tokens
         p = self.page_size
@@ -514,7 +514,7 @@ class PrefillAdder:
 
         def state(r: Request) -> tuple[float, int]:
             left = r.max_new_tokens * (1.0 if r.ignore_eos else ratio) - r.output_len
-            return (left, r.input_len + r.output_len)
+            return (left, r.prompt_len + r.output_len)
 
         states = [state(req), *map(state, self.running), *map(state, self.can_run_list)]
         return ignore_eos_fits(self.cur_rem_tokens - ext - self.page_size, states)

@@ -475,9 +475,12 @@ class Scheduler:
         for req in adder.can_run_list:
             if req.status is waiting_status:
                 req.owned_start_page = req.prefix_len // p
-                req.first_scheduled_time = now
-                req.device_hit_tokens = req.device_prefix_len
-                req.host_hit_tokens = req.loaded_tokens
+                if req.first_scheduled_time is None:
+                    # Queueing and hits are those of the first scheduling: a requeued
+                    # request's re-prefill does not move them.
+                    req.first_scheduled_time = now
+                    req.device_hit_tokens = req.device_prefix_len
+                    req.host_hit_tokens = req.loaded_tokens
                 req.status = prefilling
                 running[req.rid] = req
                 del waiting[req]
@@ -485,11 +488,15 @@ class Scheduler:
             # and a continuation's prefix ends where its owned pages end.
             req.owned_end_page = -(-(req.prefix_len + req.extend_input_len) // p)
             req.num_chunks += 1
+            if req.requeued_time is not None:  # a re-prefill after a requeue
+                req.requeue_recomputed_tokens += req.extend_input_len
         # One allocation for the whole batch: the adder planned exactly these pages per
         # owner lane (and checked they fit free + evictable), so LRU eviction takes the
         # same nodes as allocating request by request would.
         if not self.cache.alloc_lanes(adder.planned_lanes):  # pragma: no cover
             raise AssertionError(f"allocation of {adder.planned_lanes} failed after admission")
+        for v in preempted:  # requeued by this pass: their lost time starts now
+            v.requeued_time = now
         # NOTE: a continuation is always admitted first, before the scan.
         can_run = adder.can_run_list
         self.chunked_req = adder.new_chunked_req or (
@@ -536,8 +543,20 @@ class Scheduler:
                 req.locked_node = cache.insert(node, req.keys, node.end, units)
                 req.owned_start_page = units * u
             if req.computed_tokens >= req.input_len:
-                req.first_token_time = now
-                req.output_len = 1 if req.max_new_tokens > 0 else 0
+                if req.first_token_time is None:
+                    # The first token's time is set once: a re-prefill never moves it.
+                    req.first_token_time = now
+                    req.output_len = 1 if req.max_new_tokens > 0 else 0
+                else:
+                    # Re-prefill of prompt + kept output after a requeue: it yields the
+                    # next token, and the KV again holds prompt + output_len - 1 tokens.
+                    # input_len and computed_tokens go back to the prompt, as after a
+                    # first prefill (decode counts prompt + output_len).
+                    req.output_len += 1
+                    req.input_len = req.computed_tokens = req.prompt_len
+                    if req.requeued_time is not None:
+                        req.requeue_lost_s += now - req.requeued_time
+                        req.requeued_time = None
                 done.append(req)
                 if self.chunked_req is req:
                     self.chunked_req = None
@@ -592,12 +611,12 @@ class Scheduler:
                 if self.cache.alloc_pages(req.owned_end_page, 1) is not None:
                     req.owned_end_page += 1
                     continue
-                victim = self._retract_victim(req)
+                victim = self._retract_victim(req, now)
                 if victim is None:
                     break
                 retracted.append(victim)
             if req.owned_end_page < need:
-                self._retract(req)
+                self._retract(req, now)
                 retracted.append(req)
                 continue
             req.output_len += 1
@@ -633,7 +652,7 @@ class Scheduler:
         sign = 1 if self.cfg.schedule_low_priority_values_first else -1
         return (float(sign * req.priority), req.arrival_time, req.rid)
 
-    def _retract_victim(self, protect: Request) -> Request | None:
+    def _retract_victim(self, protect: Request, now: float) -> Request | None:
         """Retract the lowest-ranked (newest) decoding request ranked after ``protect``
         (None if none is: then ``protect`` itself is the last and is the one to go)."""
         key = self._decode_rank(protect)
@@ -645,14 +664,19 @@ class Scheduler:
         if not cands:
             return None
         victim = max(cands, key=self._decode_rank)
-        self._retract(victim)
+        self._retract(victim, now)
         return victim
 
-    def _retract(self, req: Request) -> None:
+    def _retract(self, req: Request, now: float | None = None, *, preempt: bool = False) -> None:
+        """Requeue ``req`` (a retraction, or with ``preempt`` a priority preemption): its
+        KV is freed, its output kept (see :meth:`Request.reset_for_requeue`)."""
         self._free_kv(req)
         self.running.pop(req.rid, None)
-        req.reset_for_requeue()
-        req.preemptions += 1
+        req.reset_for_requeue(now)
+        if preempt:
+            req.preemptions += 1
+        else:
+            req.retractions += 1
         self._enqueue(req)
 
     # ------------------------------------------------------------------ preemption
@@ -663,7 +687,8 @@ class Scheduler:
         bound: only its unlocked part does), so the prefix cancels out:
         ``input - prefix + reserved + page`` against ``rem_total_tokens - prefix``. No
         match needed; rare path (the request-slot limit)."""
-        need = req.input_len + min(req.max_new_tokens, self.cfg.clip_max_new_tokens)
+        left = req.max_new_tokens - req.output_len  # output kept across a requeue
+        need = req.input_len + min(left, self.cfg.clip_max_new_tokens)
         room = adder.rem_total_tokens - self.page_size
         return 0 if need < room else int(need - room) + 1
 
@@ -723,7 +748,7 @@ class Scheduler:
         for v in victims:
             adder.rem_total_token_offset -= reserved(v)
             self.decoding.remove(v)
-            self._retract(v)
+            self._retract(v, preempt=True)  # its requeue time: the pass's (_launch)
         self.stats.preemptions += len(victims)
         return victims
 

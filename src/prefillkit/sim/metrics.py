@@ -39,6 +39,9 @@ REQUEST_COLUMNS = (
     "status",
     "reject_reason",
     "preemptions",
+    "retractions",
+    "requeue_recomputed_tokens",
+    "requeue_lost_s",
     "affinity_skips",
     "cache_class",
     "batch_ids",
@@ -207,18 +210,21 @@ def request_row(
         "first_token_s": req.first_token_time,
         "ttft_s": ttft,
         "queueing_s": queueing,
-        "input_len": req.input_len,
+        "input_len": req.prompt_len,
         "max_new_tokens": req.max_new_tokens,
         "num_chunks": req.num_chunks,
         "device_hit_tokens": req.device_hit_tokens,
         "host_hit_tokens": req.host_hit_tokens,
         "recomputed_tokens": (
-            req.input_len - req.device_hit_tokens - req.host_hit_tokens if computed else None
+            req.prompt_len - req.device_hit_tokens - req.host_hit_tokens if computed else None
         ),
         "priority": req.priority,
         "status": request_status(req),
         "reject_reason": req.reject_reason,
         "preemptions": req.preemptions,
+        "retractions": req.retractions,
+        "requeue_recomputed_tokens": req.requeue_recomputed_tokens,
+        "requeue_lost_s": req.requeue_lost_s,
         "affinity_skips": req.head_defers,
         "cache_class": cache_class,
         "batch_ids": " ".join(map(str, batch_ids)),
@@ -236,7 +242,7 @@ def summarize(
     done = [r for r in requests if r.first_token_time is not None]
     ttft = [r.first_token_time - r.arrival_time for r in done]  # type: ignore[operator]
     queue = [r.first_scheduled_time - r.arrival_time for r in done]  # type: ignore[operator]
-    input_tokens = sum(r.input_len for r in done)
+    input_tokens = sum(r.prompt_len for r in done)
     dev = sum(r.device_hit_tokens for r in done)
     host = sum(r.host_hit_tokens for r in done)
     start = min((r.arrival_time for r in requests), default=0.0)

@@ -1,0 +1,117 @@
+"""Truthful per-request metrics under retraction and preemption (issue 16, item 2).
+
+The example of item 6: colocated, page 1, a 1,900-page pool, schedule_conservativeness
+0.01 and min_new_token_ratio_factor 0 admit 4 x (200 prompt, 800 out) at t=0 so
+eagerly that decode memory runs out and requests are retracted. Every first token is out
+within a fraction of a second; the retractions must not move it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from prefillkit.config import Config
+from prefillkit.request import ReqStatus, Request
+from prefillkit.sim.engine import SimResult, simulate
+from prefillkit.sim.metrics import REQUEST_COLUMNS, request_row
+
+
+def _retraction_example() -> SimResult:
+    cfg = Config(
+        mode="colocated",
+        page_size=1,
+        max_total_tokens=1900,
+        schedule_conservativeness=0.01,
+        min_new_token_ratio_factor=0.0,
+        tp_size=8,
+    )
+    reqs = [
+        Request(
+            rid=f"r{i}", arrival_time=0.0, input_len=200, max_new_tokens=800, keys=[], key_tokens=1
+        )
+        for i in range(4)
+    ]
+    return simulate(cfg, reqs)
+
+
+@pytest.fixture(scope="module")
+def example() -> SimResult:
+    return _retraction_example()
+
+
+def _first_prefills(res: SimResult) -> dict[str, float]:
+    """Request id -> end of the first batch it ran in (its first token)."""
+    ends: dict[str, float] = {}
+    for b in res.batches:
+        for rid in res.trace.batch_rids(b.batch_id):
+            ends.setdefault(rid, b.start_s + b.duration_s)
+    return ends
+
+
+def test_first_token_time_never_moves_under_retraction(example: SimResult) -> None:
+    res = example
+    assert res.summary["retractions"] > 0  # the example does retract
+    assert all(r.status is ReqStatus.FINISHED for r in res.requests)
+    assert any(r.retractions for r in res.requests)
+    first = _first_prefills(res)
+    for r in res.requests:
+        assert r.first_token_time == pytest.approx(first[r.rid])
+        assert r.first_token_time is not None and r.first_token_time < 0.5
+    assert res.summary["ttft_max_s"] < 0.5  # today: several seconds
+
+
+def test_queueing_is_measured_to_the_first_scheduling(example: SimResult) -> None:
+    res = example
+    starts: dict[str, float] = {}
+    for b in res.batches:
+        for rid in res.trace.batch_rids(b.batch_id):
+            starts.setdefault(rid, b.start_s)
+    for r in res.requests:
+        assert r.first_scheduled_time == pytest.approx(starts[r.rid])
+        row = request_row(r)
+        assert row["queueing_s"] == pytest.approx(starts[r.rid] - r.arrival_time)
+        assert row["queueing_s"] <= row["ttft_s"]
+
+
+def test_retraction_keeps_the_generated_output(example: SimResult) -> None:
+    res = example
+    # Kept output: every requeued request's re-prefill covers its prompt plus the output
+    # it had, so it recomputes more than its prompt.
+    for r in res.requests:
+        assert r.output_len == r.max_new_tokens
+        assert r.input_len == r.prompt_len == 200
+        if r.retractions:
+            assert r.requeue_recomputed_tokens > r.retractions * r.prompt_len
+
+
+def test_requeue_keeps_the_output_and_refills_prompt_plus_output() -> None:
+    r = Request(rid="a", arrival_time=0.0, input_len=40, max_new_tokens=10, keys=[], key_tokens=1)
+    r.status, r.computed_tokens, r.output_len = ReqStatus.DECODING, 40, 6
+    r.reset_for_requeue(3.0)
+    assert (r.status, r.output_len, r.computed_tokens) == (ReqStatus.WAITING, 6, 0)
+    assert (r.input_len, r.prompt_len, r.requeued_time) == (46, 40, 3.0)
+
+
+def test_retractions_and_preemptions_are_counted_per_request(example: SimResult) -> None:
+    res = example
+    assert sum(r.retractions for r in res.requests) == res.summary["retractions"]
+    assert sum(r.preemptions for r in res.requests) == res.summary["preemptions"] == 0
+    for r in res.requests:
+        row = request_row(r)
+        assert row["retractions"] == r.retractions and row["preemptions"] == r.preemptions
+        assert row["requeue_recomputed_tokens"] == r.requeue_recomputed_tokens
+        assert (row["requeue_recomputed_tokens"] > 0) == (r.retractions > 0)
+        assert row["input_len"] == 200 and row["recomputed_tokens"] == 200
+
+
+def test_time_lost_to_requeues_is_a_separate_column(example: SimResult) -> None:
+    res = example
+    for col in ("retractions", "requeue_recomputed_tokens", "requeue_lost_s"):
+        assert col in REQUEST_COLUMNS
+    for r in res.requests:
+        row = request_row(r)
+        assert (row["requeue_lost_s"] > 0) == (r.retractions > 0)
+        assert r.requeued_time is None  # every requeue's re-prefill completed
+        assert r.finish_time is not None
+        assert row["requeue_lost_s"] < r.finish_time - r.arrival_time
+        assert row["ttft_s"] < 0.5  # the lost time is not in TTFT
