@@ -12,7 +12,8 @@ construction (so the stored values are canonical):
 - ``page_size`` ``None`` resolves to 64 when ``cp_size > 1`` else 1 (after construction it is
   always an ``int``; note that ``dataclasses.replace`` keeps the resolved value, so pass
   ``page_size=None`` to re-resolve after changing ``cp_size``);
-- ``chunked_prefill_size`` and ``lpm_fallback_queue_len`` of ``-1`` become ``None``;
+- ``chunked_prefill_size``, ``lpm_fallback_queue_len`` and ``schedule_max_wait_s`` of ``-1``
+  become ``None``;
 - ``model`` and the enum-like strings are lower-cased, ``kv_cache_dtype`` ``bfloat16`` → ``bf16``;
 - ints given for float fields become floats.
 
@@ -144,6 +145,13 @@ class Config:
         "-1 or none = never (default: matching is cheap, see benchmarks/RESULTS.md).",
         "scheduler",
     )
+    schedule_max_wait_s: float | None = _knob(
+        5.0,
+        "Wait bound of lpm, dfs-weight, lof and random: a request waiting this many seconds "
+        "goes ahead of the policy's order, oldest first (prefillkit extension; -1 or none = "
+        "off, upstream). With affinity on, min(this, --affinity-max-age-s) is used.",
+        "scheduler",
+    )
     schedule_conservativeness: float = _knob(
         1.0, "Scales the initial new-token ratio (higher = reserve more decode room).", "scheduler"
     )
@@ -168,6 +176,12 @@ class Config:
     )
     schedule_low_priority_values_first: bool = _knob(
         False, "Lower priority values are more important.", "priority"
+    )
+    enable_priority_aging: bool = _knob(
+        False,
+        "Apply --schedule-max-wait-s under priority scheduling too (aged requests go ahead "
+        "of every class); off = strict classes, upstream.",
+        "priority",
     )
     priority_scheduling_preemption_threshold: int = _knob(
         10, "Preempt only victims whose priority differs by more than this.", "priority"
@@ -324,6 +338,8 @@ class Config:
             put("chunked_prefill_size", None)
         if self.lpm_fallback_queue_len == -1:
             put("lpm_fallback_queue_len", None)
+        if self.schedule_max_wait_s == -1:
+            put("schedule_max_wait_s", None)
         dtype = self.kv_cache_dtype.strip().lower()
         put("kv_cache_dtype", _KV_DTYPE_ALIASES.get(dtype, dtype))
         for name in ("model", "gpu", "mode", "schedule_policy", "hicache_write_policy"):
@@ -357,6 +373,13 @@ class Config:
             _fail(
                 "lpm_fallback_queue_len",
                 f"must be >= 0, or -1 for never, got {self.lpm_fallback_queue_len}",
+            )
+        if self.schedule_max_wait_s is not None and not (
+            0.0 <= self.schedule_max_wait_s < math.inf
+        ):
+            _fail(
+                "schedule_max_wait_s",
+                f"must be >= 0 seconds, or -1 for off, got {self.schedule_max_wait_s}",
             )
         _positive("schedule_conservativeness", self.schedule_conservativeness)
         if not 0.0 < self.init_new_token_ratio <= 1.0:

@@ -203,6 +203,25 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
     return out
 
 
+def aged_prefix_len(waiting: Sequence[Request], now: float, max_wait_s: float | None) -> int:
+    """How many requests at the front of ``waiting`` have waited at least ``max_wait_s``.
+
+    ``waiting`` is in arrival order (the scheduler's queue is), so the aged requests are
+    exactly its front: those with ``now - arrival_time >= max_wait_s``. The scan stops at
+    the first younger request, so it costs O(aged + 1), not O(queue). ``None``: no bound
+    (0 aged).
+    """
+    if max_wait_s is None:
+        return 0
+    cutoff = now - max_wait_s
+    k = 0
+    for req in waiting:
+        if req.arrival_time > cutoff:
+            break
+        k += 1
+    return k
+
+
 def order_waiting(
     waiting: list[Request],
     policy: str,
@@ -212,8 +231,44 @@ def order_waiting(
     low_priority_values_first: bool = False,
     lpm_fallback_queue_len: int | None = None,
     seed: int = 0,
+    now: float = 0.0,
+    max_wait_s: float | None = None,
+    priority_aging: bool = False,
 ) -> tuple[list[Request], str]:
-    """Order the queue; returns (order, policy actually used). ``seed`` seeds ``random``."""
+    """Order the queue; returns (order, policy actually used). ``seed`` seeds ``random``.
+
+    ``waiting`` must be in arrival order. The wait bound (aging): with ``max_wait_s`` set,
+    every request that has waited ``>= max_wait_s`` seconds at ``now`` (the queue's aged
+    front, :func:`aged_prefix_len`) is placed first, in arrival order, and the policy
+    orders only the rest behind them. So a request ``max_wait_s`` old is ordered behind
+    no request that arrived after it: from then on it is served in FCFS order. Under
+    ``fcfs`` this changes nothing (the aged front is already first); under priority
+    scheduling it applies only with ``priority_aging`` (strict classes otherwise, as
+    upstream). The LPM queue-length fallback looks at the whole queue, as upstream.
+    """
+    if priority and not priority_aging:
+        max_wait_s = None
+    k = 0
+    if max_wait_s is not None and (priority or policy != "fcfs"):
+        k = aged_prefix_len(waiting, now, max_wait_s)
+    args = (policy, cache, priority, low_priority_values_first, lpm_fallback_queue_len, seed)
+    if k == 0:
+        return _order_policy(waiting, *args, len(waiting))
+    rest, used = _order_policy(waiting[k:], *args, len(waiting))
+    return waiting[:k] + rest, used
+
+
+def _order_policy(
+    waiting: list[Request],
+    policy: str,
+    cache: PrefixCache,
+    priority: bool,
+    low_priority_values_first: bool,
+    lpm_fallback_queue_len: int | None,
+    seed: int,
+    queue_len: int,
+) -> tuple[list[Request], str]:
+    """The policy's own order of ``waiting`` (``queue_len``: the whole queue's length)."""
     if priority:
         return order_priority(
             waiting, low_values_first=low_priority_values_first, lof=policy == "lof"
@@ -223,7 +278,7 @@ def order_waiting(
     if policy == "lof":
         return order_lof(waiting), "lof"
     if policy == "lpm":
-        if lpm_fallback_queue_len is not None and len(waiting) > lpm_fallback_queue_len:
+        if lpm_fallback_queue_len is not None and queue_len > lpm_fallback_queue_len:
             return order_fcfs(waiting), "fcfs"
         return order_lpm(waiting, cache), "lpm"
     if policy == "dfs-weight":

@@ -311,6 +311,14 @@ class Scheduler:
                 self._empty_pass(CloseReason.MEMORY)
                 return None
             lead = BatchLead.WARM  # NOTE: a continuation carries its true prefix
+        # The wait bound (policy.order_waiting): requests this old go first, oldest first.
+        # With affinity on, its age bound T is a wait bound too: a cold request T old is
+        # at the front of any ordering, where no warm lead can skip it.
+        max_wait = cfg.schedule_max_wait_s
+        if self.affinity_on:
+            t = self.affinity_bounds.max_age_s
+            if max_wait is None or t < max_wait:
+                max_wait = t
         order, policy_used = order_waiting(
             list(self._waiting),
             cfg.schedule_policy,
@@ -319,6 +327,9 @@ class Scheduler:
             low_priority_values_first=cfg.schedule_low_priority_values_first,
             lpm_fallback_queue_len=cfg.lpm_fallback_queue_len,
             seed=cfg.seed,
+            now=now,
+            max_wait_s=max_wait,
+            priority_aging=cfg.enable_priority_aging,
         )
         promoted: list[Request] = []
         if self.affinity_promoted:
