@@ -12,7 +12,9 @@ CP 8 shared-KV, EP 8, HiCache, 64 K chunks) under the fix chain:
 3. ``mix-chunked``: + followers after a tail chunk (true-prefix seeding of the
    chunk's budgets is always on in prefillkit: the spec requires it);
 4. ``affinity``: + the warm/cold affinity policy;
-5. ``lpm``: bs>1 + mix-chunked under LPM instead of FCFS.
+5. ``lpm``: bs>1 + mix-chunked under LPM instead of FCFS (with prefillkit's default
+   wait bound, ``--schedule-max-wait-s 5``);
+6. ``lpm-unbounded``: the same with the wait bound off, as upstream's LPM.
 
 Prints the Markdown table that README.md's first section shows (p50/p90/p99/max TTFT
 of warm and cold requests separately, throughput, the paired p99 difference with its
@@ -46,6 +48,10 @@ CHAIN: tuple[tuple[str, str], ...] = (
     ("mix-chunked", f"{LIMITS} --cp-prefill-mix-chunked"),
     ("affinity", f"{LIMITS} --cp-prefill-mix-chunked --enable-affinity"),
     ("lpm", f"{LIMITS} --cp-prefill-mix-chunked --schedule-policy lpm"),
+    (
+        "lpm-unbounded",
+        f"{LIMITS} --cp-prefill-mix-chunked --schedule-policy lpm --schedule-max-wait-s -1",
+    ),
 )
 DEFAULT_RATE = 0.035
 

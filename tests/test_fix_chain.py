@@ -30,7 +30,7 @@ def config_of(flags: str) -> Config:
 
 def test_chain_steps_are_valid_and_cumulative() -> None:
     chain = dict(load_chain())
-    assert list(chain) == ["fcfs-bs1", "bs-gt1", "mix-chunked", "affinity", "lpm"]
+    assert list(chain) == ["fcfs-bs1", "bs-gt1", "mix-chunked", "affinity", "lpm", "lpm-unbounded"]
     cfgs = {name: config_of(flags) for name, flags in chain.items()}
     base = cfgs["fcfs-bs1"]
     assert not base.enable_cp_shared_kv_prefill_bs_gt1 and base.schedule_policy == "fcfs"
@@ -46,4 +46,6 @@ def test_chain_steps_are_valid_and_cumulative() -> None:
     assert cfgs["mix-chunked"].cp_prefill_mix_chunked and not bs.cp_prefill_mix_chunked
     assert cfgs["affinity"].enable_affinity and not cfgs["mix-chunked"].enable_affinity
     assert cfgs["lpm"].schedule_policy == "lpm" and not cfgs["lpm"].enable_affinity
+    unbounded = cfgs["lpm-unbounded"]
+    assert unbounded.schedule_policy == "lpm" and unbounded.schedule_max_wait_s is None
     assert all(c.gpu == "h20-141g" and c.cp_size == 8 and c.ep_size == 8 for c in cfgs.values())
