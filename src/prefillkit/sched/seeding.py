@@ -1,0 +1,203 @@
+"""State seeding: build a scheduler that already holds cached prefixes and running
+requests (warm starts, differential tests against other engines, embedding mid-flight).
+
+Each call reaches, through the cache's own transitions (``match``, ``lock``,
+``alloc_lanes``, ``insert``, ``unlock``), exactly the state the normal path reaches:
+
+- :func:`seed_cached_prefix`: the state a request leaves behind that computed ``keys``
+  and was released (an unlocked cached prefix at the MRU end of the device LRU);
+- :func:`seed_running_request`: the state of a request that was admitted on an idle
+  scheduler (its device prefix hit locked, no load-back: a host hit is recomputed), whose
+  whole prompt was prefilled (``prefill_done``) and which then either decoded
+  ``output_len - 1`` tokens (``start_decode`` + decode steps, colocated) or waits for its
+  KV transfer (pd-prefill);
+- :func:`seed_new_token_ratio`: the decode reservation ratio decode steps have reached.
+
+No admission pass runs and no private attribute is written. Seed between passes only
+(no batch in flight, no chunked request). Seeding never evicts: a seed that does not fit
+the free pages raises ``ValueError`` and changes nothing. Seeding runs no admission test:
+a seeded set of running requests may hold more decode reservation than admission would
+have let in; the next pass then simply admits less.
+"""
+
+from __future__ import annotations
+
+from prefillkit.cache.pool import lane_split
+from prefillkit.request import ReqStatus, Request
+from prefillkit.sched.scheduler import Scheduler
+
+_RUNNING_STATES = (ReqStatus.DECODING, ReqStatus.TRANSFERRING)
+
+
+def _check_free(sched: Scheduler, what: str, lanes: list[int]) -> None:
+    pool = sched.pool
+    if not pool.has_free(lanes):
+        lane_note = f" per owner lane {lanes}" if pool.cp_size > 1 else ""
+        raise ValueError(
+            f"cannot seed {what}: it needs {sum(lanes)} free KV pages{lane_note} but the pool "
+            f"has {pool.free_pages} free of {pool.total_pages}"
+            + (f" (per lane {pool.free})" if pool.cp_size > 1 else "")
+        )
+
+
+def seed_cached_prefix(sched: Scheduler, keys: list[int] | Request) -> int:
+    """Cache the key chain ``keys`` (or the complete prompt units of a ``Request``) on
+    device, unlocked, as a request that computed it and finished would leave it.
+
+    Mutates: the pool (free -> cached pages for the units not yet device resident),
+    the prefix cache (new nodes, a split where the chain leaves a node, host-only nodes
+    on the path revived on device; with a host tier, write-through backups and hit
+    counts as ``insert`` does) and the device LRU (the chain's nodes move to the MRU end:
+    seed in least-recently-used-first order). The scheduler's queues are untouched.
+
+    Returns the pages newly cached. Raises ``ValueError`` (nothing changed) when the free
+    pages do not hold them; it never evicts.
+    """
+    cache = sched.cache
+    if isinstance(keys, Request):
+        req = keys
+        if req.key_tokens != cache.key_tokens:
+            raise ValueError(
+                f"cannot seed {req.rid}: key unit {req.key_tokens} tokens, the scheduler's "
+                f"cache uses {cache.key_tokens}"
+            )
+        what = f"cached prefix of {req.rid}"
+        chain = req.keys
+        units = min(req.input_len // cache.key_tokens, len(chain))
+    else:
+        what = f"cached prefix of {len(keys)} units"
+        chain = keys
+        units = len(chain)
+    if units == 0:
+        return 0
+    match = cache.match(chain, units)
+    u = cache.unit_pages
+    d = match.device_units
+    lanes = lane_split(d * u, (units - d) * u, cache.cp_size)
+    _check_free(sched, what, lanes)
+    node = cache.lock(match.device_node, d)
+    cache.commit()
+    if not cache.alloc_lanes(lanes):  # pragma: no cover - guarded by _check_free
+        raise AssertionError("allocation failed after the free-page check")
+    node = cache.insert(node, chain, d, units)
+    cache.unlock(node)
+    return sum(lanes)
+
+
+def seed_running_request(
+    sched: Scheduler,
+    req: Request,
+    *,
+    output_len: int = 1,
+    status: ReqStatus = ReqStatus.DECODING,
+    now: float = 0.0,
+) -> None:
+    """Make ``req`` (a fresh request, in no scheduler) a running request of ``sched``
+    whose prompt is prefilled and cached and which holds its KV, its request slot and
+    (``DECODING``) its decode reservation.
+
+    ``output_len``: output tokens produced so far (the prefill yields the first; each
+    decode step one more), 1 <= output_len <= max_new_tokens (0 when max_new_tokens is
+    0); the request then owns the pages of ``prompt + output_len - 1`` tokens past its
+    cached prompt units, as after that many decode steps. ``status``: ``DECODING``
+    (colocated: appended to ``sched.decoding``, whose order is the decode and reservation
+    order) or ``TRANSFERRING`` (pd-prefill: holds its KV until ``release``; output_len 1).
+    ``now``: its first scheduling and first token time.
+
+    Mutates: the pool (free -> owned pages, then owned -> cached for the prompt units
+    not yet cached, duplicates freed), the prefix cache (as :func:`seed_cached_prefix`;
+    the request's path stays locked, so it is protected, not evictable),
+    ``sched.running`` (and ``sched.decoding``), and ``req``'s admission state and first
+    scheduling/token metrics as ``_launch`` and ``prefill_done`` set them
+    (``locked_node``, ``owned_start_page``/``owned_end_page``, ``computed_tokens``,
+    ``prefix_len``, ``extend_input_len``, hit tokens, ``num_chunks``). Its match hint is
+    cleared. Raises a one-line ``ValueError`` (nothing changed) for a request that is not
+    fresh, does not fit (free pages, never-fits rules, the request-slot limit) or has an
+    impossible ``output_len``; it never evicts.
+    """
+    rid = req.rid
+    if status not in _RUNNING_STATES:
+        raise ValueError(
+            f"cannot seed {rid}: status must be DECODING or TRANSFERRING, not {status}"
+        )
+    if status is ReqStatus.DECODING and not sched.reserve_decode:
+        raise ValueError(f"cannot seed {rid} as DECODING: this scheduler reserves no decode room")
+    if req.status is not ReqStatus.WAITING or req.locked_node is not None or req.owned_end_page:
+        raise ValueError(f"cannot seed {rid}: not a fresh request (status {req.status.value})")
+    if req.input_len != req.prompt_len or req.output_len:
+        raise ValueError(f"cannot seed {rid}: it has been requeued (kept output {req.output_len})")
+    if rid in sched.running or req in sched.waiting:
+        raise ValueError(f"cannot seed {rid}: the scheduler already holds it")
+    cache = sched.cache
+    if req.key_tokens != cache.key_tokens:
+        raise ValueError(
+            f"cannot seed {rid}: key unit {req.key_tokens} tokens, the scheduler's cache "
+            f"uses {cache.key_tokens}"
+        )
+    if req.max_new_tokens == 0:
+        ok = output_len == 0
+    elif status is ReqStatus.TRANSFERRING:
+        ok = output_len == 1
+    else:  # only a request just out of prefill may already be at max_new_tokens
+        ok = output_len == 1 or 1 <= output_len < req.max_new_tokens
+    if not ok:
+        raise ValueError(
+            f"cannot seed {rid}: output_len {output_len} is impossible for a {status.value} "
+            f"request with max_new_tokens {req.max_new_tokens}"
+        )
+    reason = sched.never_fits_reason(req)
+    if reason is not None:
+        raise ValueError(f"cannot seed {rid}: {reason}")
+    if len(sched.running) >= sched.max_running_requests:
+        raise ValueError(
+            f"cannot seed {rid}: all {sched.max_running_requests} request slots are taken"
+        )
+    p = sched.page_size
+    u = cache.unit_pages
+    kt = cache.key_tokens
+    match = cache.match(req.keys, req.max_match_units)
+    d = match.device_units
+    end_page = -(-(req.input_len + max(output_len - 1, 0)) // p)
+    lanes = lane_split(d * u, end_page - d * u, cache.cp_size)
+    _check_free(sched, f"running request {rid}", lanes)
+    # Admission (add_one_req + _launch): lock the device prefix, own the rest.
+    node = cache.lock(match.device_node, d)
+    cache.commit()
+    if not cache.alloc_lanes(lanes):  # pragma: no cover - guarded by _check_free
+        raise AssertionError("allocation failed after the free-page check")
+    req.device_prefix_len = req.prefix_len = d * kt
+    req.host_hit_len = match.host_units * kt
+    req.loaded_tokens = 0
+    req.extend_input_len = req.input_len - req.prefix_len
+    req.locked_node = node
+    req.owned_start_page = d * u
+    req.owned_end_page = end_page
+    req.first_scheduled_time = now
+    req.device_hit_tokens = req.prefix_len
+    req.host_hit_tokens = 0
+    req.num_chunks = 1
+    req.status = ReqStatus.PREFILLING
+    req.match_hint = 0
+    req.match_node = None
+    sched.running[rid] = req
+    # prefill_done: cache the complete prompt units, move the lock.
+    req.computed_tokens = req.input_len
+    units = min(req.input_len // kt, len(req.keys))
+    if units > node.end:
+        req.locked_node = cache.insert(node, req.keys, node.end, units)
+        req.owned_start_page = units * u
+    req.first_token_time = now
+    req.output_len = output_len
+    if status is ReqStatus.DECODING:
+        sched.start_decode(req)
+    else:
+        req.status = ReqStatus.TRANSFERRING
+
+
+def seed_new_token_ratio(sched: Scheduler, ratio: float) -> None:
+    """Set the decode reservation ratio (``sched.new_token_ratio``) that decode steps
+    would have reached: between ``sched.min_new_token_ratio`` and 1 (a retraction may
+    set any ratio up to 1). Mutates only ``sched.new_token_ratio``."""
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"new_token_ratio {ratio} is outside [0, 1]")
+    sched.new_token_ratio = ratio
