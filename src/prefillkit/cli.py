@@ -1198,14 +1198,65 @@ def trace_stats_cmd(
 @click.option(
     "--markdown", is_flag=True, help="Print the validation table as Markdown (RESULTS.md)."
 )
-def calibrate_cmd(as_json: bool, markdown: bool) -> None:
+@click.argument("batches", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--model", "fit_model", default="glm-5", show_default=True, help="Fit: model preset.")
+@click.option("--gpu", "fit_gpu", default="h200", show_default=True, help="Fit: GPU preset.")
+@click.option("--num-gpus", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--cp-size", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--ep-size", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--page-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("cost-preset.toml"),
+    show_default=True,
+    help="Fit: where to write the TOML preset.",
+)
+def calibrate_cmd(
+    as_json: bool,
+    markdown: bool,
+    batches: tuple[Path, ...],
+    fit_model: str,
+    fit_gpu: str,
+    num_gpus: int,
+    cp_size: int,
+    ep_size: int,
+    page_size: int,
+    folds: int,
+    output: Path,
+) -> None:
     """The cost model against published prefill throughputs, and the seed scenario.
 
     Prints the validation table (one parameter set per GPU family, never fitted: the
     error against each published figure, including the misses) and the source notes'
     observation on the seed deployment: a warm cache-hit batch, the same batch with one
     cold joiner, and the cold request alone, each with its forward-time breakdown.
+
+    With BATCHES (batch CSVs or SGLang server logs, see prefillkit.sim.fit), fits the
+    cost model's coefficients to the measured forwards instead, prints them with the
+    k-fold cross-validated error and writes a TOML preset to --output.
     """
+    if batches:
+        from prefillkit.sim.fit import Deployment, fit, load_batches, write_preset
+
+        measured = [b for path in batches for b in load_batches(path)]
+        dep = Deployment(fit_model, fit_gpu, num_gpus, cp_size, ep_size, page_size)
+        result = fit(measured, dep, folds=folds)
+        write_preset(result, output)
+        if as_json:
+            click.echo(json.dumps(json_ready(result.document()), indent=2))
+            return
+        for name, value in result.coefficients.items():
+            note = "" if result.fitted[name] else "  (not fitted: zero in every batch)"
+            click.echo(f"{name:>14} = {value:.6g}{note}")
+        click.echo(
+            f"{result.n_batches} batches, {result.folds}-fold CV: MAPE "
+            f"{result.cv_mape:.2%}, max error {result.cv_max_error:.2%} "
+            f"(in-sample MAPE {result.train_mape:.2%}); preset written to {output}"
+        )
+        return
     from prefillkit.report.calibration import (
         calibration_document,
         calibration_markdown,
