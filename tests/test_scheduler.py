@@ -1201,3 +1201,164 @@ def test_preemption_only_when_victims_free_enough_for_the_memory_test() -> None:
     batch = s.get_new_batch_prefill(1.0)
     s.check()
     assert batch is not None and rids(batch.reqs) == ["h"] and batch.preempted == [lo]
+
+
+# ---------------------------------------------------------------- skipped idle passes
+def _lockstep_workload(seed: int) -> list[tuple[int, str, list[int], int, int]]:
+    """(step, rid, tokens, max_new, priority): shared prefixes, bursts, long outputs."""
+    rng = random.Random(seed)
+    out: list[tuple[int, str, list[int], int, int]] = []
+    for i in range(60):
+        step = rng.randrange(40)
+        tokens = seq(100 + rng.randrange(4), rng.choice([8, 40, 64])) + seq(
+            500 + i, rng.randrange(4, 60)
+        )
+        out.append((step, f"r{i}", tokens, rng.randrange(1, 12), rng.randrange(3)))
+    return sorted(out, key=lambda t: (t[0], t[1]))
+
+
+def _req_view(r: Request) -> tuple[object, ...]:
+    return (
+        r.rid,
+        r.status,
+        r.owned_start_page,
+        r.owned_end_page,
+        r.prefix_len,
+        r.extend_input_len,
+        r.output_len,
+        r.head_defers,
+        r.first_token_time,
+        r.finish_time,
+    )
+
+
+def _lockstep(kw: dict[str, object], seed: int, *, pages: int = 160) -> tuple[int, list[object]]:
+    """Drive a scheduler and its twin that never skips a pass; assert every step equal.
+
+    Returns how many passes were skipped and the log of decisions."""
+    work = _lockstep_workload(seed)
+    scheds = [make_sched(pages, **kw), make_sched(pages, **kw)]
+    full = scheds[1]
+    full._slot_pass_is_idle = lambda: False  # type: ignore[method-assign]
+    real_idle = scheds[0]._slot_pass_is_idle
+    skipped = 0
+
+    def counted() -> bool:
+        nonlocal skipped
+        idle = real_idle()
+        skipped += idle
+        return idle
+
+    scheds[0]._slot_pass_is_idle = counted  # type: ignore[method-assign]
+    reqs: list[dict[str, Request]] = [{}, {}]
+    log: list[object] = []
+    now = 0.0
+    for step in range(2000):
+        views = []
+        for k, s in enumerate(scheds):
+            for st, rid, tokens, out, prio in work:
+                if st == step:
+                    r = mk(rid, tokens, now, out=out, prio=prio)
+                    reqs[k][rid] = r
+                    s.add_request(r)
+            batch = s.get_new_batch_prefill(now)
+            s.check()
+            if batch is not None:
+                for r in s.prefill_done(batch, now):
+                    if r.output_len >= r.max_new_tokens:
+                        s.release(r, now)
+                    else:
+                        s.start_decode(r)
+            if s.decoding:
+                s.decode_step(now)
+            s.check()
+            views.append(
+                (
+                    None if batch is None else (rids(batch.reqs), batch.closed_by),
+                    s.last_pass_reason,
+                    dataclasses.asdict(s.stats),
+                    rids(s.waiting),
+                    rids(s.affinity_promoted),
+                    s.new_token_ratio,
+                    state(s),
+                    [_req_view(r) for r in reqs[k].values()],
+                )
+            )
+        assert views[0] == views[1], f"step {step}"
+        log.append(views[0][0])
+        now += 0.25
+        if step > 40 and not any(s.has_work or s.decoding for s in scheds):
+            break
+    assert all(r.status is ReqStatus.FINISHED for r in reqs[0].values())
+    return skipped, log
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"max_running_requests": 2},
+        {"max_running_requests": 3, "schedule_policy": "lof"},
+        {"max_running_requests": 2, "enable_affinity": True, "affinity_max_age_s": 1.0},
+        {"max_running_requests": 1, "chunked_prefill_size": 16},
+        {
+            "max_running_requests": 2,
+            "enable_priority_scheduling": True,
+            "enable_priority_preemption": False,
+        },
+        {
+            "max_running_requests": 2,
+            "enable_priority_scheduling": True,
+            "enable_priority_preemption": False,
+            "enable_priority_aging": True,
+            "schedule_max_wait_s": 1.0,
+        },
+        # Not skippable (the skip must not fire, results equal all the same):
+        {"max_running_requests": 2, "schedule_policy": "lpm"},
+        {"max_running_requests": 2, "enable_priority_scheduling": True},
+    ],
+)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_skipped_slot_limit_pass_leaves_every_counter_and_decision_equal(
+    kw: dict[str, object], seed: int
+) -> None:
+    skipped, _ = _lockstep(kw, seed)
+    skippable = kw.get("schedule_policy", "fcfs") in ("fcfs", "lof") and not (
+        kw.get("enable_priority_scheduling") and kw.get("enable_priority_preemption", True)
+    )
+    if skippable:
+        assert skipped > 0  # the workload does fill every slot
+    else:
+        assert skipped == 0
+
+
+@pytest.mark.parametrize("affinity", [False, True])
+def test_fcfs_scan_of_the_queue_equals_the_copied_order(affinity: bool) -> None:
+    """fcfs scans the queue dict itself; lof with equal outputs orders a copy of the same
+    queue identically (a stable sort): every decision must match."""
+    kw: dict[str, object] = {"max_running_requests": 3, "enable_affinity": affinity}
+    work = _lockstep_workload(7)
+    logs = []
+    for policy in ("fcfs", "lof"):
+        s = make_sched(160, schedule_policy=policy, **kw)
+        log: list[object] = []
+        now = 0.0
+        for step in range(400):
+            for st, rid, tokens, _, _ in work:
+                if st == step:
+                    s.add_request(mk(rid, tokens, now, out=5))
+            batch = s.get_new_batch_prefill(now)
+            s.check()
+            log.append(None if batch is None else (rids(batch.reqs), batch.closed_by))
+            log.append((dict(s.stats.empty_passes), s.stats.passes, rids(s.waiting)))
+            if batch is not None:
+                for r in s.prefill_done(batch, now):
+                    if r.output_len >= r.max_new_tokens:
+                        s.release(r, now)
+                    else:
+                        s.start_decode(r)
+            if s.decoding:
+                s.decode_step(now)
+            now += 0.25
+        assert not s.has_work and not s.decoding
+        logs.append(log)
+    assert logs[0] == logs[1]

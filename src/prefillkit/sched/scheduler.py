@@ -17,6 +17,7 @@ It imports nothing from the simulator: an engine can embed it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from prefillkit.cache.host import HostTier
@@ -293,6 +294,17 @@ class Scheduler:
         if not self._waiting and self.chunked_req is None:
             self._empty_pass(CloseReason.QUEUE_EMPTY)
             return None
+        if self._slot_pass_is_idle():
+            # The pass this replaces would end in its first scan step with
+            # MAX_RUNNING_REQUESTS and nothing admitted (see _slot_pass_is_idle); its
+            # only effects are these counters and the promoted-list filter below.
+            self.stats.passes += 1
+            if self.affinity_promoted:
+                self.affinity_promoted = [
+                    r for r in self.affinity_promoted if r.status is ReqStatus.WAITING
+                ]
+            self._empty_pass(CloseReason.MAX_RUNNING_REQUESTS)
+            return None
         cfg = self.cfg
         cache = self.cache
         self.stats.passes += 1
@@ -319,18 +331,28 @@ class Scheduler:
             t = self.affinity_bounds.max_age_s
             if max_wait is None or t < max_wait:
                 max_wait = t
-        order, policy_used = order_waiting(
-            list(self._waiting),
-            cfg.schedule_policy,
-            cache,
-            priority=cfg.enable_priority_scheduling,
-            low_priority_values_first=cfg.schedule_low_priority_values_first,
-            lpm_fallback_queue_len=cfg.lpm_fallback_queue_len,
-            seed=cfg.seed,
-            now=now,
-            max_wait_s=max_wait,
-            priority_aging=cfg.enable_priority_aging,
-        )
+        order: Iterable[Request]
+        if cfg.schedule_policy == "fcfs" and not cfg.enable_priority_scheduling:
+            # order_waiting's fcfs order is the queue itself (the wait bound is a no-op
+            # under fcfs): scan the arrival-ordered dict, no O(N) copy. Safe: without
+            # priority nothing in the scan adds to or removes from self._waiting
+            # (_try_preempt returns None at once; admitted requests leave it in
+            # _launch, after the scan), and a change would raise, not pass silently.
+            order = self._waiting
+            policy_used = "fcfs"
+        else:
+            order, policy_used = order_waiting(
+                list(self._waiting),
+                cfg.schedule_policy,
+                cache,
+                priority=cfg.enable_priority_scheduling,
+                low_priority_values_first=cfg.schedule_low_priority_values_first,
+                lpm_fallback_queue_len=cfg.lpm_fallback_queue_len,
+                seed=cfg.seed,
+                now=now,
+                max_wait_s=max_wait,
+                priority_aging=cfg.enable_priority_aging,
+            )
         promoted: list[Request] = []
         if self.affinity_promoted:
             promoted = [r for r in self.affinity_promoted if r.status is ReqStatus.WAITING]
@@ -441,6 +463,27 @@ class Scheduler:
         batch = self._launch(adder, lead, closed, policy_used, len(skipped), stops, preempted, now)
         batch.stop_bound = None if stop_bound is None else stop_bound.value
         return batch
+
+    def _slot_pass_is_idle(self) -> bool:
+        """Whether a full pass would admit nothing because every request slot is taken.
+
+        Called with a non-empty queue. Then the full pass, with no chunked continuation
+        (which would add a slot back and run first), starts its scan at a request with
+        ``len(can_run) = 0 >= slots = max_running_requests - len(running)``; without
+        priority preemption ``_try_preempt`` returns None at once, so the scan breaks
+        with MAX_RUNNING_REQUESTS before any match, affinity decision or admission. Its
+        other work is free of effects only when the ordering is: fcfs keeps the queue
+        order, lof and priority sort a copy (lpm/dfs-weight refresh matches, random draws from its
+        generator: those still run the pass). What remains of the pass: ``passes`` and
+        the empty-pass counter, ``last_pass_reason``, and ``affinity_promoted`` reduced
+        to its WAITING requests (the pass takes them out and puts back those it did not
+        admit)."""
+        if self.chunked_req is not None or len(self.running) < self.max_running_requests:
+            return False
+        cfg = self.cfg
+        if cfg.enable_priority_scheduling:
+            return not cfg.enable_priority_preemption
+        return cfg.schedule_policy in ("fcfs", "lof")
 
     def _count_affinity(self, skipped: list[Request], stop_bound: AffinityBound | None) -> None:
         """Affinity counters of one pass (see :class:`SchedulerStats`)."""
