@@ -571,16 +571,19 @@ _GENERATOR_OPTIONS: tuple[_Decorator, ...] = (
     *(_param_option(p) for p in GSP_PARAMS if p.cli),
 )
 
+#: ``--format`` of every command that reads a trace file.
+_FORMAT_OPTION: _Decorator = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMAT_CHOICES),
+    default="auto",
+    show_default=True,
+    help="Trace format.",
+)
+
 _WORKLOAD_OPTIONS: tuple[_Decorator, ...] = (
     click.option("--trace", metavar="PATH", help="Trace file to replay (default: a generator)."),
-    click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(FORMAT_CHOICES),
-        default="auto",
-        show_default=True,
-        help="Trace format.",
-    ),
+    _FORMAT_OPTION,
     *_GENERATOR_OPTIONS,
     click.option(
         "--time-scale",
@@ -1046,14 +1049,7 @@ def generate_cmd(ctx: click.Context, /, **params: Any) -> None:
 
 @cli.command("trace-stats", context_settings=CONTEXT_SETTINGS)
 @click.argument("path")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMAT_CHOICES),
-    default="auto",
-    show_default=True,
-    help="Trace format.",
-)
+@_FORMAT_OPTION
 @click.option(
     "--block-size",
     type=click.IntRange(min=1),
