@@ -10,11 +10,13 @@ import pytest
 
 from prefillkit.cache import HostTier, KVPool, PrefixCache, check_invariants
 from prefillkit.config import Config
-from prefillkit.request import Request
-from prefillkit.sched.policy import (
+from prefillkit.request import (
     IN_BATCH_HEAD,
+    Request,
     in_batch_head_from_blocks,
     in_batch_head_from_tokens,
+)
+from prefillkit.sched.policy import (
     order_dfs_weight,
     order_fcfs,
     order_lof,

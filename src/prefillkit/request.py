@@ -82,6 +82,43 @@ def key_tokens_for_blocks(page_size: int, block_size: int) -> int:
     return math.lcm(page_size, block_size)
 
 
+#: Upstream's in-batch deprioritise threshold (tokens): LPM deprioritises a waiting
+#: request that shares at least this many leading tokens with another waiting one.
+IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD = 32
+
+IN_BATCH_HEAD = "in_batch_head"
+"""``Request.extra`` key of a prompt's in-batch head: :func:`in_batch_head_from_tokens`
+or :func:`in_batch_head_from_blocks` of its first 32 tokens (absent: shorter prompt).
+Set by :meth:`Request.from_tokens` and :meth:`Request.from_block_hashes`."""
+
+
+def in_batch_head_from_tokens(tokens: Sequence[int]) -> int | None:
+    """Hash of the first 32 tokens (upstream's deprioritise threshold), or None."""
+    t = IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD
+    if len(tokens) < t:
+        return None
+    return xxhash.xxh3_64_intdigest(array("I", tokens[:t]).tobytes())
+
+
+def in_batch_head_from_blocks(
+    hash_ids: Sequence[int], input_len: int, block_size: int
+) -> int | None:
+    """Head of a block-hashed prompt: the ids of the blocks holding its first 32 tokens.
+
+    NOTE: a block id names the block's whole content, so two prompts share their first
+    32 tokens iff these ids are equal (blocks of >= 32 tokens: the first id)."""
+    t = IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD
+    n = -(-t // block_size)
+    if input_len < t or len(hash_ids) < n:
+        return None
+    mask = (1 << 64) - 1
+    return xxhash.xxh3_64_intdigest(array("Q", [int(x) & mask for x in hash_ids[:n]]).tobytes())
+
+
+def _head_extra(head: int | None) -> dict[str, object]:
+    return {} if head is None else {IN_BATCH_HEAD: head}
+
+
 @dataclass(slots=True, eq=False)
 class Request:
     """One prefill request plus its per-pass admission state.
@@ -169,7 +206,8 @@ class Request:
         max_new_tokens: int = 128,
         priority: int = 0,
     ) -> Request:
-        """Build a request from token ids: one chained key per complete page."""
+        """Build a request from token ids: one chained key per complete page, and the
+        in-batch head (``extra[IN_BATCH_HEAD]``)."""
         return cls(
             rid=rid,
             arrival_time=arrival_time,
@@ -178,6 +216,7 @@ class Request:
             keys=token_key_chain(tokens, page_size),
             key_tokens=page_size,
             priority=priority,
+            extra=_head_extra(in_batch_head_from_tokens(tokens)),
         )
 
     @classmethod
@@ -193,7 +232,8 @@ class Request:
         max_new_tokens: int = 128,
         priority: int = 0,
     ) -> Request:
-        """Build a request from a trace's per-block hash ids (chained into keys)."""
+        """Build a request from a trace's per-block hash ids (chained into keys), and the
+        in-batch head (``extra[IN_BATCH_HEAD]``)."""
         key_tokens = key_tokens_for_blocks(page_size, block_size)
         return cls(
             rid=rid,
@@ -203,6 +243,7 @@ class Request:
             keys=block_key_chain(hash_ids, input_len, block_size, key_tokens),
             key_tokens=key_tokens,
             priority=priority,
+            extra=_head_extra(in_batch_head_from_blocks(hash_ids, input_len, block_size)),
         )
 
     @property

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import random
 import weakref
-from array import array
 from collections.abc import Sequence
-
-import xxhash
 
 from prefillkit.cache.node import Node
 from prefillkit.cache.prefix import PrefixCache
-from prefillkit.request import Request
+from prefillkit.request import (
+    IN_BATCH_HEAD,
+    IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD,
+    Request,
+)
 from prefillkit.sched.matching import refresh_match
 
 # Upstream in-batch prefix caching thresholds (tokens).
 IN_BATCH_PREFIX_CHECK_THRESHOLD = 32
-IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD = 32
 
 
 def order_fcfs(waiting: list[Request]) -> list[Request]:
@@ -60,34 +60,6 @@ def order_priority(
     if lof:
         return sorted(waiting, key=lambda r: (sign * r.priority, -r.max_new_tokens))
     return sorted(waiting, key=lambda r: (sign * r.priority, r.arrival_time))
-
-
-IN_BATCH_HEAD = "in_batch_head"
-"""``Request.extra`` key of a prompt's in-batch head: :func:`in_batch_head_from_tokens`
-or :func:`in_batch_head_from_blocks` of its first 32 tokens (None: shorter prompt)."""
-
-
-def in_batch_head_from_tokens(tokens: Sequence[int]) -> int | None:
-    """Hash of the first 32 tokens (upstream's deprioritise threshold), or None."""
-    t = IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD
-    if len(tokens) < t:
-        return None
-    return xxhash.xxh3_64_intdigest(array("I", tokens[:t]).tobytes())
-
-
-def in_batch_head_from_blocks(
-    hash_ids: Sequence[int], input_len: int, block_size: int
-) -> int | None:
-    """Head of a block-hashed prompt: the ids of the blocks holding its first 32 tokens.
-
-    NOTE: a block id names the block's whole content, so two prompts share their first
-    32 tokens iff these ids are equal (blocks of >= 32 tokens: the first id)."""
-    t = IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD
-    n = -(-t // block_size)
-    if input_len < t or len(hash_ids) < n:
-        return None
-    mask = (1 << 64) - 1
-    return xxhash.xxh3_64_intdigest(array("Q", [int(x) & mask for x in hash_ids[:n]]).tobytes())
 
 
 def order_lpm(waiting: list[Request], cache: PrefixCache) -> list[Request]:

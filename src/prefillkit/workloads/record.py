@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prefillkit.request import Request
-from prefillkit.sched.policy import in_batch_head_from_blocks, in_batch_head_from_tokens
 
 __all__ = ["TraceRecord", "to_request"]
 
@@ -55,21 +54,8 @@ class TraceRecord:
 
 
 def to_request(rec: TraceRecord, page_size: int) -> Request:
-    """Build the scheduler ``Request`` for ``rec``; its key chain is computed here, once,
-    and so is the head LPM's in-batch check compares (``extra["in_batch_head"]``)."""
-    req = _build_request(rec, page_size)
-    if rec.hash_ids is not None and rec.block_size is not None:
-        head = in_batch_head_from_blocks(rec.hash_ids, rec.input_len, rec.block_size)
-    elif rec.tokens is not None:
-        head = in_batch_head_from_tokens(rec.tokens)
-    else:
-        head = None
-    if head is not None:
-        req.extra["in_batch_head"] = head
-    return req
-
-
-def _build_request(rec: TraceRecord, page_size: int) -> Request:
+    """Build the scheduler ``Request`` for ``rec``; its key chain (and in-batch head) is
+    computed here, once."""
     if rec.hash_ids is not None:
         assert rec.block_size is not None
         return Request.from_block_hashes(
