@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,5 +50,9 @@ def test_core_imports_only_stdlib_and_xxhash() -> None:
         + f" or any(m == f or m.startswith(f + '.') for f in {FORBIDDEN!r})]\n"
         + "print(','.join(sorted(bad)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # NOTE: the tree under test, not whatever prefillkit is installed.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
     assert out.stdout.strip() == ""

@@ -155,6 +155,11 @@ class Request:
     # (yet) in the cache. NOTE: owned_start_page is always key-unit aligned.
     owned_start_page: int = 0
     owned_end_page: int = 0
+    # The page ids of those owned pages: a lane table (cache/pages.py) of sequence pages
+    # [owned_start_page, owned_end_page). The pages before owned_start_page are those of
+    # the locked prefix (locked_node's path): the two together are the request's page
+    # table (the engine's req_to_token row). NOTE: empty ([]) while it owns no pages.
+    owned_pages: list[array] = field(default_factory=list)
     # Output tokens produced so far (colocated decode); kept across a requeue.
     output_len: int = 0
     # Passes in which affinity skipped (deferred) this request, at any queue position;
@@ -270,5 +275,6 @@ class Request:
         self.max_match_units = min(len(self.keys), (self.input_len - 1) // self.key_tokens)
         self.owned_start_page = 0
         self.owned_end_page = 0
+        self.owned_pages = []
         if now is not None and self.requeued_time is None:
             self.requeued_time = now

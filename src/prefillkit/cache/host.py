@@ -1,4 +1,4 @@
-"""Host tier (L2, "HiCache") accounting: capacity, write policy and the host LRU.
+"""Host tier (L2, "HiCache"): capacity, host slot ids, write policy and the host LRU.
 
 The tree operations live in :class:`prefillkit.cache.prefix.PrefixCache`; this object
 only holds the host-side state it reads and updates.
@@ -10,8 +10,11 @@ evicted) before their parents, so the front is always a leaf of the whole tree.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from typing import TYPE_CHECKING
+
+from prefillkit.cache.pages import IdStack
 
 if TYPE_CHECKING:
     from prefillkit.cache.node import Node
@@ -24,6 +27,7 @@ class HostTier:
         "backed_up_pages",
         "capacity_pages",
         "evicted_pages",
+        "free_slots",
         "lru",
         "used_pages",
         "write_policy",
@@ -45,7 +49,9 @@ class HostTier:
         self.capacity_pages = capacity_pages
         self.write_policy = write_policy
         self.write_through_threshold = write_through_threshold
-        self.used_pages = 0
+        self.used_pages = 0  # NOTE: capacity_pages - len(free_slots)
+        # Host slot ids (cache/pages.py); a host-resident node holds its slots.
+        self.free_slots = IdStack(capacity_pages)
         self.lru: OrderedDict[Node, None] = OrderedDict()
         self.backed_up_pages = 0  # cumulative pages written device -> host
         self.evicted_pages = 0  # cumulative pages dropped from host
@@ -53,3 +59,13 @@ class HostTier:
     @property
     def free_pages(self) -> int:
         return self.capacity_pages - self.used_pages
+
+    def take_slots(self, n: int) -> array:
+        """``n`` free host slots (the caller made room). Mutates the free slots."""
+        self.used_pages += n
+        return self.free_slots.take(n)
+
+    def give_slots(self, slots: array) -> None:
+        """Return host slots to the free slots."""
+        self.used_pages -= len(slots)
+        self.free_slots.give(slots)

@@ -6,11 +6,17 @@ step behind ``--debug-check-invariants``. It walks the whole tree: O(cache size)
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable
 
 from prefillkit.cache.node import Node
+from prefillkit.cache.pages import IdStack
 from prefillkit.cache.pool import lane_split
 from prefillkit.cache.prefix import PrefixCache
+
+#: A live request's pages as the checker sees them: ``(rid, owned_start_page,
+#: owned_pages, locked_node)`` (see ``Request.owned_pages``).
+PageHolder = tuple[str, int, list[array], Node | None]
 
 
 class InvariantError(AssertionError):
@@ -21,13 +27,39 @@ def _fail(msg: str) -> None:
     raise InvariantError(msg)
 
 
+def _check_partition(what: str, stack: IdStack, held: list[tuple[str, array]]) -> None:
+    """The free ids of ``stack`` and the ``held`` arrays (holder, ids) must cover the id
+    space ``[0, stack.size)`` exactly once."""
+    owner: dict[int, str] = {}
+    for pid in stack.ids:
+        if pid in owner:
+            _fail(f"{what}: page {pid} is twice in the free list")
+        owner[pid] = "the free list"
+    for holder, ids in held:
+        for pid in ids:
+            prev = owner.get(pid)
+            if prev is not None:
+                _fail(f"{what}: page {pid} is held by both {prev} and {holder}")
+            if not 0 <= pid < stack.fresh:
+                _fail(f"{what}: {holder} holds page {pid}, never handed out")
+            owner[pid] = holder
+    if len(owner) != stack.fresh:
+        missing = next(p for p in range(stack.fresh) if p not in owner)
+        _fail(f"{what}: page {missing} is held by nobody (not even free)")
+
+
 def check_invariants(
-    cache: PrefixCache, owned_ranges: Iterable[tuple[int, int]] | None = None
+    cache: PrefixCache,
+    owned_ranges: Iterable[tuple[int, int]] | None = None,
+    page_holders: Iterable[PageHolder] | None = None,
 ) -> None:
     """Raise :class:`InvariantError` on the first broken invariant.
 
     ``owned_ranges``: every live request's owned page range ``(start, end)``; when given,
-    their per-lane sum must equal the pool's request-owned counts.
+    their per-lane sum must equal the pool's request-owned counts. ``page_holders``: every
+    live request's page ids; when given, every page of every lane must be free, cached by
+    exactly one device node, or owned by exactly one request (or loose), and every host
+    slot free or held by exactly one host node.
     """
     pool = cache.pool
     r = pool.cp_size
@@ -69,6 +101,11 @@ def check_invariants(
             _fail(f"{node} n_pages {node.n_pages} != {len(node.keys)} units x {u}")
         if node.lane_pages != lane_split(node.start * u, node.n_pages, r):
             _fail(f"{node} lane pages {node.lane_pages} do not match its page range")
+        held = [len(t) for t in node.pages]
+        if held != (node.lane_pages if node.on_device else [0] * r):
+            _fail(f"{node} holds {held} device pages per lane, expected {node.lane_pages}")
+        if len(node.host_slots) != (node.n_pages if node.on_host else 0):
+            _fail(f"{node} holds {len(node.host_slots)} host slots")
         for key in node.keys:
             if cache.index.get(key) is not node:
                 _fail(f"index does not map key {key} to {node}")
@@ -132,6 +169,11 @@ def check_invariants(
                 owned[i] += c
         if owned != pool.owned:
             _fail(f"requests own {owned} pages per lane, pool says {pool.owned}")
+    for i in range(r):
+        if len(pool.free_ids[i]) != pool.free[i]:
+            _fail(f"lane {i}: free list holds {len(pool.free_ids[i])} pages, count {pool.free[i]}")
+    if page_holders is not None:
+        _check_pages(cache, list(page_holders))
     host = cache.host
     if host is None:
         if host_used:
@@ -143,3 +185,34 @@ def check_invariants(
         _fail(f"host used {host.used_pages} exceeds capacity {host.capacity_pages}")
     if set(host.lru) != expect_host_lru:
         _fail("host LRU is not exactly the unlocked host-only nodes")
+
+
+def _check_pages(cache: PrefixCache, holders: list[PageHolder]) -> None:
+    """Page-level ownership: each lane's ids and the host slots are partitioned."""
+    pool = cache.pool
+    r = pool.cp_size
+    u = cache.unit_pages
+    lanes: list[list[tuple[str, array]]] = [[("the loose pages", lo)] for lo in pool.loose]
+    host_held: list[tuple[str, array]] = []
+    stack = list(cache.root.children.values())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        for i, t in enumerate(node.pages):
+            lanes[i].append((repr(node), t))
+        host_held.append((repr(node), node.host_slots))
+    for rid, start, table, locked in holders:
+        if table and len(table) != r:
+            _fail(f"{rid}: page table has {len(table)} lanes, the pool {r}")
+        for i, t in enumerate(table):
+            lanes[i].append((f"request {rid}", t))
+        if locked is not None and locked.end * u != start:
+            _fail(
+                f"{rid}: owned pages start at page {start}, its locked prefix ends at "
+                f"page {locked.end * u}"
+            )
+    for i in range(r):
+        _check_partition(f"lane {i}", pool.free_ids[i], lanes[i])
+    host = cache.host
+    if host is not None:
+        _check_partition("host slots", host.free_slots, host_held)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from itertools import count
 
 # Creation order of nodes (process wide). NOTE: a node's ``seq`` orders it among its
@@ -13,7 +14,8 @@ _SEQ = count()
 class Node:
     """A run of ``len(keys)`` key units starting at unit ``start`` of every path through it.
 
-    NOTE: residency is per node: all of a node's pages are on device or none are.
+    NOTE: residency is per node: all of a node's pages are on device or none are; its
+    page ids (``pages``, ``host_slots``) are held exactly while it is resident there.
     NOTE: ``lock_ref`` of a node is >= the ``lock_ref`` of each child (locks walk to root).
     """
 
@@ -22,12 +24,14 @@ class Node:
         "end",
         "hit_count",
         "host_lock_ref",
+        "host_slots",
         "keys",
         "lane_pages",
         "lock_ref",
         "n_pages",
         "on_device",
         "on_host",
+        "pages",
         "parent",
         "seq",
         "start",
@@ -40,6 +44,7 @@ class Node:
         parent: Node | None,
         n_pages: int,
         lane_pages: list[int],
+        pages: list[array],
     ) -> None:
         self.keys = keys
         self.start = start
@@ -50,6 +55,12 @@ class Node:
         self.children: dict[int, Node] = {}
         self.n_pages = n_pages
         self.lane_pages = lane_pages
+        # Device page ids, a lane table (cache/pages.py) of the node's page range:
+        # NOTE: lane i holds exactly lane_pages[i] pages while on_device, none otherwise.
+        self.pages = pages
+        # Host slot ids of the node's pages in sequence order.
+        # NOTE: exactly n_pages slots while on_host, none otherwise.
+        self.host_slots = array("q")
         self.lock_ref = 0
         self.host_lock_ref = 0
         self.on_device = True

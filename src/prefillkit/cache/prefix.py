@@ -19,11 +19,14 @@ Design (see README "Cache design"):
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from prefillkit.cache.events import BlockLoadedBack, BlockRemoved, BlockStored, KVListener
 from prefillkit.cache.host import HostTier
 from prefillkit.cache.node import Node
+from prefillkit.cache.pages import empty_table, global_ids, pop_front
 from prefillkit.cache.pool import KVPool, lane_split
 
 
@@ -51,12 +54,23 @@ class LoadBack:
 
     The loaded nodes stay host-locked until ``finish_load_back``. Splits of loaded nodes
     keep both halves between ``boundary`` and ``deepest``, so the walk stays exact.
+    ``copies``: per loaded node, in sequence order, ``(start_page, host slots, device
+    lane table)`` (page arrays, cache/pages.py; copies, not the nodes' own): host slot
+    ``k`` of a node goes to its ``k``-th page, sequence page ``start_page + k``.
     """
 
     deepest: Node
     boundary: Node
     pages: int
     tokens: int
+    copies: tuple[tuple[int, array, list[array]], ...] = ()
+
+    def copy_pairs(self) -> list[tuple[int, int]]:
+        """``(host slot, engine-facing device page id)`` per loaded page, in order."""
+        out: list[tuple[int, int]] = []
+        for start, slots, table in self.copies:
+            out.extend(zip(slots.tolist(), global_ids(table, start), strict=True))
+        return out
 
 
 class PrefixCache:
@@ -72,7 +86,10 @@ class PrefixCache:
         self.unit_pages = key_tokens // pool.page_size
         self.cp_size = pool.cp_size
         self.host = host
-        self.root = Node([], 0, None, 0, [0] * pool.cp_size)
+        # Called with one KV event per change of what the cache holds (cache/events.py);
+        # NOTE: None (the default) builds no event at all.
+        self.kv_listener: KVListener | None = None
+        self.root = Node([], 0, None, 0, [0] * pool.cp_size, empty_table(pool.cp_size))
         self.root.lock_ref = 1  # NOTE: the root is never evicted and holds no pages
         self.index: dict[int, Node] = {}
         self.lru: OrderedDict[Node, None] = OrderedDict()
@@ -224,6 +241,8 @@ class PrefixCache:
         child.start = p.start
         child.n_pages += p.n_pages
         child.lane_pages = [a + b for a, b in zip(child.lane_pages, p.lane_pages, strict=True)]
+        child.pages = [a + b for a, b in zip(p.pages, child.pages, strict=True)]
+        child.host_slots = p.host_slots + child.host_slots
         parent = p.parent
         assert parent is not None
         parent.children[p.keys[0]] = child  # NOTE: same key, so the same slot
@@ -305,13 +324,19 @@ class PrefixCache:
         j = units - node.start
         u = self.unit_pages
         p_pages = j * u
+        p_lanes = lane_split(node.start * u, p_pages, self.cp_size)
         p = Node(
             node.keys[:j],
             node.start,
             node.parent,
             p_pages,
-            lane_split(node.start * u, p_pages, self.cp_size),
+            p_lanes,
+            [pop_front(t, n) for t, n in zip(node.pages, p_lanes, strict=True)]
+            if node.on_device
+            else empty_table(len(p_lanes)),
         )
+        if node.on_host:
+            p.host_slots = pop_front(node.host_slots, p_pages)
         p.lock_ref = node.lock_ref
         p.host_lock_ref = node.host_lock_ref
         p.on_device = node.on_device
@@ -336,14 +361,23 @@ class PrefixCache:
             self.host.lru[p] = None
         return p
 
-    def insert(self, locked: Node, keys: list[int], from_units: int, to_units: int) -> Node:
+    def insert(
+        self,
+        locked: Node,
+        keys: list[int],
+        from_units: int,
+        to_units: int,
+        pages: list[array] | None = None,
+    ) -> Node:
         """Cache units ``[from_units, to_units)`` of ``keys`` computed by a request.
 
         The request holds a lock on ``locked`` (ending at ``from_units``) and owns the
-        pages of those units. Pages of units that are already device-resident are
-        freed (duplicates); host-only nodes on the path are revived with the request's
-        pages; the rest become new nodes. The lock moves to the new deepest node, which
-        is returned.
+        pages of those units: ``pages`` is its owned lane table starting at that unit,
+        whose head this call consumes (mutated: the pages of the inserted units leave
+        it); None takes them from the pool's loose pages. Pages of units that are
+        already device-resident are freed (duplicates); host-only nodes on the path are
+        revived with the request's pages; the rest become new nodes. The lock moves to
+        the new deepest node, which is returned.
         """
         if self._tentative is not None:
             self._commit()
@@ -351,16 +385,28 @@ class PrefixCache:
             raise ValueError(f"insert from unit {from_units} but lock ends at {locked.end}")
         pool = self.pool
         u = self.unit_pages
+        cp = self.cp_size
+        if pages is None:
+            pages = pool.take_loose(lane_split(from_units * u, (to_units - from_units) * u, cp))
+        listener = self.kv_listener
         node = locked
         d = from_units
         while d < to_units:
             child = node.children.get(keys[d])
             if child is None:
                 n_pages = (to_units - d) * u
+                lanes = lane_split(d * u, n_pages, cp)
                 new = Node(
-                    keys[d:to_units], d, node, n_pages, lane_split(d * u, n_pages, self.cp_size)
+                    keys[d:to_units],
+                    d,
+                    node,
+                    n_pages,
+                    lanes,
+                    [pop_front(t, n) for t, n in zip(pages, lanes, strict=True)],
                 )
-                pool.owned_to_cached(new.lane_pages)
+                pool.owned_to_cached(lanes)
+                if listener is not None:
+                    self._stored(new)
                 node.children[keys[d]] = new
                 index = self.index
                 for key in new.keys:
@@ -380,14 +426,19 @@ class PrefixCache:
                 j += 1
             if j < len(ckeys):
                 child = self._split(child, d + j)
+            lanes = child.lane_pages
+            seg = [pop_front(t, n) for t, n in zip(pages, lanes, strict=True)]
             if child.on_device:
-                pool.release_owned(child.lane_pages)  # computed twice: drop our copy
+                pool.give_owned(seg)  # computed twice: drop our copy
             else:
-                pool.owned_to_cached(child.lane_pages)  # revive a host-only node
+                pool.owned_to_cached(lanes)  # revive a host-only node
+                child.pages = seg
                 child.on_device = True
                 if self.host is not None:
                     self.host.lru.pop(child, None)
                 self._add_evictable(child)
+                if listener is not None:
+                    self._stored(child)
             if self.host is not None:
                 self._insert_hit(child)  # computed again: a re-insert counts a hit
             node = child
@@ -397,6 +448,18 @@ class PrefixCache:
             self._commit()  # NOTE: the lock moves; it is not a candidate's tentative lock
             self.unlock(locked)
         return node
+
+    def _stored(self, node: Node) -> None:
+        """Tell the listener that ``node``'s pages became device resident."""
+        assert self.kv_listener is not None
+        self.kv_listener(
+            BlockStored(
+                tuple(node.keys),
+                node.start,
+                "GPU",
+                pages=tuple(global_ids(node.pages, node.start * self.unit_pages)),
+            )
+        )
 
     def _add_evictable(self, node: Node) -> None:
         """A node just became device resident and unlocked."""
@@ -474,8 +537,34 @@ class PrefixCache:
             self._evict_device(node)
         return freed
 
+    def make_room(self, lanes: list[int]) -> bool:
+        """Evict LRU nodes until every lane has ``lanes[i]`` free pages. All or nothing:
+        False (and no change) when free + evictable pages cannot cover them."""
+        if self._tentative is not None:
+            self._commit()
+        if self.pool.has_free(lanes):
+            return True
+        if not self.can_make_room(lanes):
+            return False
+        return self.evict_for(lanes)
+
+    def alloc_page(self, page: int, table: list[array]) -> bool:
+        """One request-owned page for sequence page ``page`` appended to the request's
+        owned lane table ``table`` (mutated), evicting as needed; False (no change) if
+        impossible."""
+        lane = page % self.cp_size
+        if self.pool.free[lane] <= 0:
+            need = [0] * self.cp_size
+            need[lane] = 1
+            if not self.make_room(need):
+                return False
+        elif self._tentative is not None:
+            self._commit()
+        return self.pool.take_owned_page(lane, table[lane])
+
     def alloc_pages(self, start_page: int, n_pages: int) -> list[int] | None:
-        """Allocate request-owned pages ``[start_page, +n_pages)``, evicting as needed.
+        """Allocate request-owned pages ``[start_page, +n_pages)`` without a page table
+        (loose pages: count-level callers), evicting as needed.
 
         Returns the per-lane counts allocated, or None (and no change) if impossible.
         """
@@ -497,7 +586,10 @@ class PrefixCache:
 
     def _evict_device(self, node: Node) -> None:
         """``node`` was popped from the LRU: free its device pages."""
-        self.pool.release_cached(node.lane_pages)
+        self.pool.give_cached(node.pages)
+        node.pages = empty_table(self.cp_size)
+        if self.kv_listener is not None:
+            self.kv_listener(BlockRemoved(tuple(node.keys), node.start, "GPU"))
         self.evictable_pages -= node.n_pages
         ev = self.evictable_lanes
         for i, n in enumerate(node.lane_pages):
@@ -524,10 +616,13 @@ class PrefixCache:
             for key in n.keys:
                 del index[key]
             if n.on_host and host is not None:
-                host.used_pages -= n.n_pages
+                host.give_slots(n.host_slots)
+                n.host_slots = array("q")
                 host.evicted_pages += n.n_pages
                 host.lru.pop(n, None)
                 n.on_host = False
+                if self.kv_listener is not None:
+                    self.kv_listener(BlockRemoved(tuple(n.keys), n.start, "CPU"))
         parent = node.parent
         del parent.children[node.keys[0]]  # type: ignore[union-attr]
         node.parent = None
@@ -555,8 +650,12 @@ class PrefixCache:
         if not self._host_make_room(node.n_pages):
             return False
         node.on_host = True
-        host.used_pages += node.n_pages
+        node.host_slots = host.take_slots(node.n_pages)
         host.backed_up_pages += node.n_pages
+        if self.kv_listener is not None:
+            self.kv_listener(
+                BlockStored(tuple(node.keys), node.start, "CPU", slots=tuple(node.host_slots))
+            )
         return True
 
     def load_back(self, device_node: Node, host_node: Node, units: int) -> LoadBack | None:
@@ -588,16 +687,27 @@ class PrefixCache:
             host.lru.pop(n, None)
         if not self.evict_for(lanes):  # pragma: no cover - guarded by can_make_room
             raise AssertionError("eviction fell short of can_make_room")
-        self.pool.alloc_cached(lanes)
         pages = 0
-        for n in path:
+        copies: list[tuple[int, array, list[array]]] = []
+        u = self.unit_pages
+        listener = self.kv_listener
+        for n in path:  # NOTE: deepest first, keeping children before parents in the LRU
+            table = self.pool.take_cached(n.lane_pages)
+            assert table is not None  # NOTE: evict_for made room for the whole path
+            n.pages = table
             n.on_device = True
             self._add_evictable(n)
             pages += n.n_pages
+            copies.append((n.start * u, n.host_slots[:], [t[:] for t in table]))
         self.lock(host_node, host_node.end)
         self._commit()  # NOTE: the lock moves; it is not a candidate's tentative lock
         self.unlock(device_node)
-        return LoadBack(host_node, device_node, pages, pages * self.page_size)
+        copies.reverse()  # NOTE: root side first: sequence order
+        if listener is not None:
+            for n, (start, slots, table) in zip(reversed(path), copies, strict=True):
+                pairs = zip(slots.tolist(), global_ids(table, start), strict=True)
+                listener(BlockLoadedBack(tuple(n.keys), n.start, tuple(pairs)))
+        return LoadBack(host_node, device_node, pages, pages * self.page_size, tuple(copies))
 
     def finish_load_back(self, lb: LoadBack) -> None:
         """The transfer completed: release the host locks taken by :meth:`load_back`."""

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 from prefillkit.cache.host import HostTier
 from prefillkit.cache.invariants import check_invariants
+from prefillkit.cache.pages import empty_table
+from prefillkit.cache.pages import extend as extend_pages
 from prefillkit.cache.pool import KVPool, lane_split
 from prefillkit.cache.prefix import LoadBack, PrefixCache
 from prefillkit.config import Config
@@ -526,9 +528,16 @@ class Scheduler:
         waiting = self._waiting
         prefilling = ReqStatus.PREFILLING
         waiting_status = ReqStatus.WAITING
+        # One eviction for the whole batch: the adder planned exactly these pages per
+        # owner lane (and checked they fit free + evictable), so LRU eviction takes the
+        # same nodes as allocating request by request would.
+        if not self.cache.make_room(adder.planned_lanes):  # pragma: no cover
+            raise AssertionError(f"allocation of {adder.planned_lanes} failed after admission")
+        take_owned = self.pool.take_owned
+        cp = self.pool.cp_size
         for req in adder.can_run_list:
             if req.status is waiting_status:
-                req.owned_start_page = req.prefix_len // p
+                req.owned_start_page = req.owned_end_page = req.prefix_len // p
                 if req.first_scheduled_time is None:
                     # Queueing and hits are those of the first scheduling: a requeued
                     # request's re-prefill does not move them.
@@ -540,15 +549,19 @@ class Scheduler:
                 del waiting[req]
             # NOTE: prefix_len is page aligned for a new request (a key-unit multiple)
             # and a continuation's prefix ends where its owned pages end.
-            req.owned_end_page = -(-(req.prefix_len + req.extend_input_len) // p)
+            start = req.owned_end_page
+            end = -(-(req.prefix_len + req.extend_input_len) // p)
+            table = take_owned([end - start] if cp == 1 else lane_split(start, end - start, cp))
+            if table is None:  # pragma: no cover - make_room covered the planned lanes
+                raise AssertionError(f"page allocation for {req.rid} failed after admission")
+            if req.owned_pages:
+                extend_pages(req.owned_pages, table)
+            else:
+                req.owned_pages = table
+            req.owned_end_page = end
             req.num_chunks += 1
             if req.requeued_time is not None:  # a re-prefill after a requeue
                 req.requeue_recomputed_tokens += req.extend_input_len
-        # One allocation for the whole batch: the adder planned exactly these pages per
-        # owner lane (and checked they fit free + evictable), so LRU eviction takes the
-        # same nodes as allocating request by request would.
-        if not self.cache.alloc_lanes(adder.planned_lanes):  # pragma: no cover
-            raise AssertionError(f"allocation of {adder.planned_lanes} failed after admission")
         for v in preempted:  # requeued by this pass: their lost time starts now
             v.requeued_time = now
         # NOTE: a continuation is always admitted first, before the scan.
@@ -594,7 +607,7 @@ class Scheduler:
             node = req.locked_node
             assert node is not None
             if units > node.end:
-                req.locked_node = cache.insert(node, req.keys, node.end, units)
+                req.locked_node = cache.insert(node, req.keys, node.end, units, req.owned_pages)
                 req.owned_start_page = units * u
             if req.computed_tokens >= req.input_len:
                 if req.first_token_time is None:
@@ -626,7 +639,8 @@ class Scheduler:
     def _free_kv(self, req: Request) -> None:
         n = req.owned_end_page - req.owned_start_page
         if n > 0:
-            self.pool.release_owned(lane_split(req.owned_start_page, n, self.pool.cp_size))
+            self.pool.give_owned(req.owned_pages)
+        req.owned_pages = []
         req.owned_start_page = req.owned_end_page = 0
         if req.locked_node is not None:
             self.cache.unlock(req.locked_node)
@@ -662,7 +676,9 @@ class Scheduler:
             # and every output token so far.
             need = -(-(req.input_len + req.output_len) // p)
             while req.owned_end_page < need:
-                if self.cache.alloc_pages(req.owned_end_page, 1) is not None:
+                if not req.owned_pages:
+                    req.owned_pages = empty_table(self.pool.cp_size)
+                if self.cache.alloc_page(req.owned_end_page, req.owned_pages):
                     req.owned_end_page += 1
                     continue
                 victim = self._retract_victim(req, now)
@@ -812,4 +828,8 @@ class Scheduler:
         check_invariants(
             self.cache,
             [(r.owned_start_page, r.owned_end_page) for r in self.running.values()],
+            [
+                (r.rid, r.owned_start_page, r.owned_pages, r.locked_node)
+                for r in self.running.values()
+            ],
         )

@@ -2,7 +2,7 @@
 requests (warm starts, differential tests against other engines, embedding mid-flight).
 
 Each call reaches, through the cache's own transitions (``match``, ``lock``,
-``alloc_lanes``, ``insert``, ``unlock``), exactly the state the normal path reaches:
+``make_room``, ``take_owned``, ``insert``, ``unlock``), exactly the state the normal path reaches:
 
 - :func:`seed_cached_prefix`: the state a request leaves behind that computed ``keys``
   and was released (an unlocked cached prefix at the MRU end of the device LRU);
@@ -77,9 +77,10 @@ def seed_cached_prefix(sched: Scheduler, keys: list[int] | Request) -> int:
     _check_free(sched, what, lanes)
     node = cache.lock(match.device_node, d)
     cache.commit()
-    if not cache.alloc_lanes(lanes):  # pragma: no cover - guarded by _check_free
+    table = cache.pool.take_owned(lanes) if cache.make_room(lanes) else None
+    if table is None:  # pragma: no cover - guarded by _check_free
         raise AssertionError("allocation failed after the free-page check")
-    node = cache.insert(node, chain, d, units)
+    node = cache.insert(node, chain, d, units, table)
     cache.unlock(node)
     return sum(lanes)
 
@@ -163,8 +164,10 @@ def seed_running_request(
     # Admission (add_one_req + _launch): lock the device prefix, own the rest.
     node = cache.lock(match.device_node, d)
     cache.commit()
-    if not cache.alloc_lanes(lanes):  # pragma: no cover - guarded by _check_free
+    table = cache.pool.take_owned(lanes) if cache.make_room(lanes) else None
+    if table is None:  # pragma: no cover - guarded by _check_free
         raise AssertionError("allocation failed after the free-page check")
+    req.owned_pages = table
     req.device_prefix_len = req.prefix_len = d * kt
     req.host_hit_len = match.host_units * kt
     req.loaded_tokens = 0
@@ -184,7 +187,7 @@ def seed_running_request(
     req.computed_tokens = req.input_len
     units = min(req.input_len // kt, len(req.keys))
     if units > node.end:
-        req.locked_node = cache.insert(node, req.keys, node.end, units)
+        req.locked_node = cache.insert(node, req.keys, node.end, units, req.owned_pages)
         req.owned_start_page = units * u
     req.first_token_time = now
     req.output_len = output_len

@@ -1,0 +1,141 @@
+"""Page ids as compact arrays: the representation of pages held by the pool, the cache's
+nodes and the requests.
+
+A *page array* is an ``array('q')`` of lane-local page ids of one owner lane, in order.
+Arrays hold raw 64-bit ints (no Python object per id, nothing for the garbage collector
+to scan), and every bulk operation here — take N ids off a free stack, give them back,
+split a node's ids, append a chunk's ids to a page table — is one C-level slice copy,
+~1 ns per id. Per-id Python lists cost +45 % on the Mooncake replay and 6.7x on the
+page-1 admission pass (benchmarks/RESULTS.md); coalescing runs of ids fragment at page
+1 (decode interleaves requests page by page, LRU eviction frees scattered nodes) until a
+run list is as long as the id list and ~100x slower per id.
+
+A *lane table* is one page array per owner lane (``list[array]``, length ``cp_size``):
+the pages of a sequence range where sequence page ``j`` lives on lane ``j mod cp_size``
+(the page-aligned CP split), each lane's ids in sequence order. The engine-facing page
+id of lane-local id ``k`` on lane ``i`` is ``k * cp_size + i`` (:func:`global_ids`), so
+ids of different lanes never collide.
+
+NOTE: every function here is pure except where its docstring says it mutates.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+__all__ = [
+    "IdStack",
+    "PageArray",
+    "empty_table",
+    "extend",
+    "global_ids",
+    "new_array",
+    "pop_front",
+    "take",
+]
+
+PageArray = array  # array('q') of lane-local page ids
+
+_TYPECODE = "q"
+
+
+def new_array(first: int = 0, stop: int = 0) -> array:
+    """A page array of the ids ``first .. stop - 1`` (empty by default)."""
+    return array(_TYPECODE, range(first, stop))
+
+
+def empty_table(cp_size: int) -> list[array]:
+    """A lane table holding no pages."""
+    return [array(_TYPECODE) for _ in range(cp_size)]
+
+
+#: Ids an :class:`IdStack` materialises at construction (8 bytes each); the rest of a
+#: larger id space is materialised on demand, at least this many at a time.
+EAGER_IDS: int = 1 << 20
+
+
+class IdStack:
+    """The free ids of one id space ``[0, size)`` (a lane's pages, the host slots): a
+    stack of ids given back on top of ids never handed out (materialised lazily, so an
+    id space of 10^12 costs nothing until used). Taking ``n`` ids is one slice copy.
+
+    NOTE: ``len(self) == len(self.ids) + size - fresh``: ids ``[fresh, size)`` were never
+    materialised, every other free id is in ``ids``.
+    """
+
+    __slots__ = ("fresh", "ids", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.fresh = 0
+        self.ids = array(_TYPECODE)
+        self._grow(min(size, EAGER_IDS))
+
+    def __len__(self) -> int:
+        return len(self.ids) + self.size - self.fresh
+
+    def _grow(self, n: int) -> None:
+        """Materialise the next ``max(n, EAGER_IDS)`` never-used ids (capped at size)
+        below the stack's current contents' top, lowest on top."""
+        stop = min(self.size, self.fresh + max(n, EAGER_IDS))
+        if stop > self.fresh:
+            fresh = array(_TYPECODE, range(stop - 1, self.fresh - 1, -1))
+            fresh.extend(self.ids)  # NOTE: given-back ids stay on top
+            self.ids = fresh
+            self.fresh = stop
+
+    def take(self, n: int) -> array:
+        """Take ``n`` free ids (the caller checked ``len(self) >= n``)."""
+        if len(self.ids) < n:
+            self._grow(n - len(self.ids))
+        return take(self.ids, n)
+
+    def pop(self) -> int:
+        """Take one free id (the caller checked there is one)."""
+        if not self.ids:
+            self._grow(1)
+        return self.ids.pop()
+
+    def give(self, ids: array) -> None:
+        """Mark ``ids`` free (the caller guarantees they were not)."""
+        self.ids.extend(ids)
+
+    def free_ids(self) -> list[int]:
+        """Every free id (for checks; O(size))."""
+        return self.ids.tolist() + list(range(self.fresh, self.size))
+
+
+def take(stack: array, n: int) -> array:
+    """Pop the top ``n`` ids off ``stack`` (mutated; the caller checked it holds them)."""
+    k = len(stack) - n
+    out = stack[k:]
+    del stack[k:]
+    return out
+
+
+def pop_front(ids: array, n: int) -> array:
+    """Remove the first ``n`` ids of ``ids`` (mutated) and return them."""
+    head = ids[:n]
+    del ids[:n]
+    return head
+
+
+def extend(table: list[array], more: list[array]) -> None:
+    """Append lane table ``more`` to lane table ``table`` (mutated), lane by lane."""
+    for dst, src in zip(table, more, strict=True):
+        if src:
+            dst.extend(src)
+
+
+def global_ids(lanes: list[array], start_page: int) -> list[int]:
+    """Engine-facing page ids of a lane table covering sequence pages from ``start_page``,
+    in sequence order: lane-local id ``k`` of lane ``i`` is ``k * R + i`` (O(pages))."""
+    r = len(lanes)
+    if r == 1:
+        return lanes[0].tolist()
+    n = sum(len(a) for a in lanes)
+    out = [0] * n
+    for off in range(min(r, n)):
+        lane = (start_page + off) % r
+        out[off::r] = [k * r + lane for k in lanes[lane]]
+    return out
