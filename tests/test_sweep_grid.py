@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
-from sweep_support import TINY_GRID, write
 
 from prefillkit.app.sweep import SweepError
 from prefillkit.app.sweep.grid import load_grid
 from prefillkit.cli import run
+from sweep_support import TINY_GRID, write
 
 
 def test_expands_workloads_seeds_axes(tmp_path: Path) -> None:
@@ -24,7 +25,7 @@ def test_expands_workloads_seeds_axes(tmp_path: Path) -> None:
 def test_ids_are_stable_and_shared_by_changed_grids(tmp_path: Path) -> None:
     a = load_grid(write(tmp_path / "a.toml", TINY_GRID)).points()
     changed = TINY_GRID.replace("[4096, 8192]", "[8192, 16384]").replace(
-        'turns_per_session = [2, 4]', 'turns_per_session = [2, 4]\n'
+        "turns_per_session = [2, 4]", "turns_per_session = [2, 4]\n"
     )
     b = load_grid(write(tmp_path / "b.toml", changed)).points()
     shared = {p.id for p in a} & {p.id for p in b}
@@ -58,6 +59,8 @@ num_sessions = 2
     )
     assert strata == list(range(8))
 
+
+_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
 
 BAD_GRIDS = [
     ("[grid]\nchunk_size = [1, 2]\n", "[grid]: unknown knob 'chunk_size'"),
@@ -100,3 +103,41 @@ def test_bad_combination_names_the_point(tmp_path: Path) -> None:
     with pytest.raises(SweepError) as info:
         load_grid(write(tmp_path / "g.toml", text))
     assert "tp_size" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_nothing_but_the_sweep_store_and_backend_imports_ray_or_pyarrow() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import prefillkit.cache, prefillkit.sched.scheduler, prefillkit.request\n"
+        "import prefillkit.sim.engine, prefillkit.cli\n"
+        "import prefillkit.app.sweep.grid, prefillkit.app.sweep.points\n"
+        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'pyarrow'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=_ENV
+    )
+    assert out.stdout.strip() == ""
+
+
+def test_missing_extra_is_one_line_naming_it(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    grid = write(tmp_path / "g.toml", TINY_GRID)
+    for blocked, args in (
+        ("pyarrow", ["--backend", "process"]),
+        ("ray", ["--backend", "ray"]),
+    ):
+        argv = ["sweep", str(grid), "--out", str(tmp_path / blocked), *args]
+        code = (
+            f"import sys; sys.modules[{blocked!r}] = None\n"
+            "from prefillkit.cli import run\n"
+            f"sys.exit(run({argv!r}))\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_ENV)
+        assert out.returncode == 2, out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "pip install 'prefillkit[sweep]'" in lines[0], out.stderr

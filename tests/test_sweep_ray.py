@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from sweep_support import TINY_GRID, task_log, write
 
 ray = pytest.importorskip("ray")
@@ -49,9 +50,7 @@ def ray_cluster() -> Iterator[str]:
         ray.shutdown()
 
 
-def test_ray_sweep_matches_process_pool_point_for_point(
-    ray_cluster: str, tmp_path: Path
-) -> None:
+def test_ray_sweep_matches_process_pool_point_for_point(ray_cluster: str, tmp_path: Path) -> None:
     grid = load_grid(write(tmp_path / "g.toml", TINY_GRID))
     r1 = run_sweep(grid, str(tmp_path / "ray"), backend="ray")
     r2 = run_sweep(grid, str(tmp_path / "proc"), backend="process", jobs=2)
@@ -68,8 +67,20 @@ def test_driver_killed_then_rerun_recomputes_nothing(ray_cluster: str, tmp_path:
     out = tmp_path / "out"
     log = tmp_path / "tasks.log"
     env = {**os.environ, "PYTHONPATH": SRC, "PREFILLKIT_SWEEP_TASK_LOG": str(log)}
-    cmd = [sys.executable, "-m", "prefillkit.cli", "sweep", str(path), "--out", str(out),
-           "--address", ray_cluster, "--jobs", "1", "-q"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prefillkit.cli",
+        "sweep",
+        str(path),
+        "--out",
+        str(out),
+        "--address",
+        ray_cluster,
+        "--jobs",
+        "1",
+        "-q",
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     points = out / "points"
     deadline = time.monotonic() + 60
@@ -90,7 +101,7 @@ def test_driver_killed_then_rerun_recomputes_nothing(ray_cluster: str, tmp_path:
     started_before = task_log(log)
     run = run_sweep(load_grid(path), str(out), backend="ray")
     assert run.cached == len(stored) and run.done == total - len(stored)
-    rerun = task_log(log)[len(started_before):]
+    rerun = task_log(log)[len(started_before) :]
     assert not stored & set(rerun), "a finished point was recomputed"
     # none lost: every point stored once and readable
     ids = [p.id for p in load_grid(path).points()]
@@ -116,3 +127,37 @@ def test_ray_worker_killed_mid_task_is_retried(
     assert sorted(task_log(log)) == sorted(ids * 2)  # each died once, then ran again
     rows = Store(tmp_path / "out").read_rows(ids)
     assert all(r["attempts"] == 2 and r["status"] == "ok" for r in rows.values())
+
+
+def test_capacity_on_ray(ray_cluster: str, tmp_path: Path) -> None:
+    from prefillkit.app.sweep.capacity import Slo, run_capacity
+    from sweep_support import even_trace
+
+    even_trace(tmp_path / "even.jsonl", 40)
+    grid = load_grid(
+        write(
+            tmp_path / "g.toml",
+            '[grid]\nschedule_policy = ["fcfs", "lpm"]\n\n'
+            '[[workload]]\nname = "even"\ntrace = "even.jsonl"\nformat = "jsonl"\n',
+        )
+    )
+    ray_result = run_capacity(
+        grid,
+        str(tmp_path / "ray"),
+        Slo(ttft_s=0.5),
+        rate_min=1.0,
+        rate_max=100.0,
+        tolerance=0.1,
+        backend="ray",
+    )
+    proc_result = run_capacity(
+        grid,
+        str(tmp_path / "proc"),
+        Slo(ttft_s=0.5),
+        rate_min=1.0,
+        rate_max=100.0,
+        tolerance=0.1,
+        backend="process",
+    )
+    assert ray_result["configs"] == proc_result["configs"]
+    assert all(c["status"] == "found" for c in ray_result["configs"])

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from sweep_support import TINY_GRID, task_log, write
 
 pa = pytest.importorskip("pyarrow")
@@ -15,8 +16,13 @@ from prefillkit.app.sweep.grid import load_grid  # noqa: E402
 from prefillkit.app.sweep.store import METRIC_COLUMNS, Store  # noqa: E402
 from prefillkit.app.sweep.sweep import run_sweep  # noqa: E402
 from prefillkit.cli import run  # noqa: E402
-from prefillkit.runner import build_config, load_requests, make_replay_options, run_replay  # noqa: E402
-from prefillkit.runner import WorkloadSpec  # noqa: E402
+from prefillkit.runner import (  # noqa: E402
+    WorkloadSpec,
+    build_config,
+    load_requests,
+    make_replay_options,
+    run_replay,
+)
 
 
 def _sweep(grid: Path, out: Path, **kw: object) -> object:
@@ -54,8 +60,14 @@ def test_point_matches_an_in_process_replay(tmp_path: Path) -> None:
     row = Store(out).read_rows([point.id])[point.id]
     cfg, _ = build_config(
         None,
-        ["--chunked-prefill-size", str(point.settings["chunked_prefill_size"]),
-         "--schedule-policy", str(point.settings["schedule_policy"]), "--seed", str(point.seed)],
+        [
+            "--chunked-prefill-size",
+            str(point.settings["chunked_prefill_size"]),
+            "--schedule-policy",
+            str(point.settings["schedule_policy"]),
+            "--seed",
+            str(point.seed),
+        ],
     )
     spec = WorkloadSpec(
         generator="agentic",
@@ -63,7 +75,13 @@ def test_point_matches_an_in_process_replay(tmp_path: Path) -> None:
         replay=make_replay_options(),
     )
     result = run_replay(cfg, load_requests(spec, cfg).requests, progress=False, handle_sigint=False)
-    for key in ("requests", "ttft_p99_s", "input_throughput_tok_s", "num_batches", "cache_hit_rate"):
+    for key in (
+        "requests",
+        "ttft_p99_s",
+        "input_throughput_tok_s",
+        "num_batches",
+        "cache_hit_rate",
+    ):
         assert row[key] == result.summary[key], key
     assert row["cfg_chunked_prefill_size"] == point.settings["chunked_prefill_size"]
     assert row["seed"] == point.seed and row["status"] == "ok" and row["attempts"] == 1
@@ -73,7 +91,6 @@ def test_dataset_schema_is_one_table(tmp_path: Path) -> None:
     grid = write(tmp_path / "g.toml", TINY_GRID)
     out = tmp_path / "out"
     _sweep(grid, out)
-    ds = pa.dataset.dataset(str(out / "points"), format="parquet") if hasattr(pa, "dataset") else None
     import pyarrow.dataset as pads
 
     ds = pads.dataset(str(out / "points"), format="parquet")

@@ -85,13 +85,15 @@ class RayBackend:
         try:
             import ray
         except ImportError:
-            raise SweepError(f"--backend ray needs Ray, which is not installed: {EXTRA_HINT}") from None
+            raise SweepError(
+                f"--backend ray needs Ray, which is not installed: {EXTRA_HINT}"
+            ) from None
         self.ray = ray
         self.owns = False
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {
                 "include_dashboard": False,
-                "logging_level": "WARNING",
+                "logging_level": "ERROR",
                 "log_to_driver": True,
             }
             if address:
@@ -162,7 +164,7 @@ class ProcessBackend:
 
     def __init__(self, hooks: Mapping[str, str]) -> None:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        self.ctx = multiprocessing.get_context(method)
+        self.ctx: Any = multiprocessing.get_context(method)
         self.hooks = dict(hooks)
         self.live: dict[Connection, tuple[int, Any]] = {}
 

@@ -104,7 +104,11 @@ def slo_values(row: Mapping[str, Any], slo: Slo) -> dict[str, Any]:
         assert bound is not None
         good = float(np.sum(values <= bound)) / len(values) if len(values) else 0.0
         ok = ok and good >= slo.goodput
-    return {"ttft_pct_s": None if pct is None or math.isinf(pct) else pct, "goodput": good, "ok": ok}
+    return {
+        "ttft_pct_s": None if pct is None or math.isinf(pct) else pct,
+        "goodput": good,
+        "ok": ok,
+    }
 
 
 def _sig(x: float) -> float:
@@ -129,8 +133,9 @@ class Search:
     def first(self) -> list[float]:
         return [self.rate_min, self.rate_max]
 
-    def record(self, rate: float, values: Mapping[str, Any] | None, point_id: str,
-               error: str | None = None) -> list[float]:
+    def record(
+        self, rate: float, values: Mapping[str, Any] | None, point_id: str, error: str | None = None
+    ) -> list[float]:
         """Note a probe's result; the next rates to probe."""
         self.pending.discard(rate)
         if values is None:
@@ -209,8 +214,9 @@ def run_capacity(
         raise SweepError(f"--tolerance: expected a fraction in (0, 1), got {tolerance:g}")
     store = Store.open(out)
     try:
-        return _run(grid, store, slo, rate_min, rate_max, tolerance, backend, address, jobs,
-                    progress, say)
+        return _run(
+            grid, store, slo, rate_min, rate_max, tolerance, backend, address, jobs, progress, say
+        )
     finally:
         store.close()
 

@@ -118,9 +118,7 @@ def _knob_name(path: str, where: str, key: str, *, workload_axes: bool) -> str:
 
 def _check_value(path: str, where: str, name: str, value: object) -> None:
     if not isinstance(value, _SCALARS):
-        raise _err(
-            path, where, f"expected a number, string or boolean, got {type(value).__name__}"
-        )
+        raise _err(path, where, f"expected a number, string or boolean, got {type(value).__name__}")
     if name in WORKLOAD_AXES:
         try:
             if name == "max_requests" and (isinstance(value, bool) or not isinstance(value, int)):
@@ -275,7 +273,9 @@ def _workloads(path: str, entries: object) -> tuple[dict[str, Any], ...]:
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise _err(path, f"workload {i + 1}", "expected a table")
-        name = entry.get("name", entry.get("generator", "agentic") if "trace" not in entry else None)
+        name = entry.get(
+            "name", entry.get("generator", "agentic") if "trace" not in entry else None
+        )
         if not isinstance(name, str) or not name:
             raise _err(path, f"workload {i + 1}", "missing 'name' (a workload with a trace)")
         where = f"workload {name!r}"
@@ -380,9 +380,7 @@ def parse_grid(data: Mapping[str, Any], path: str) -> Grid:
     seeds = _seeds(path, sweep)
     base = _base(path, data.get("base", {}))
     axes = _axes(path, data.get("grid", {}))
-    samples = (
-        _samples(path, data["sample"], list(axes)) if "sample" in data else ({},)
-    )
+    samples = _samples(path, data["sample"], list(axes)) if "sample" in data else ({},)
     workloads = _workloads(path, data.get("workload", [{"name": "agentic"}]))
     names = list(axes)
     points: list[PointSpec] = []

@@ -29,10 +29,10 @@ from prefillkit.app.sweep.store import Store, atomic_write_bytes
 __all__ = [
     "DEFAULT_SLOS",
     "View",
-    "render_store",
     "best_per_slo",
     "load_view",
     "pareto_ids",
+    "render_store",
     "summary_table",
     "write_html",
 ]
@@ -51,7 +51,7 @@ class View:
         self.varied: list[str] = list(manifest.get("varied", []))
 
     def ok(self) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-        out = []
+        out: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
         for e in self.entries:
             row = self.rows.get(e["id"])
             if row is not None and row.get("status") == "ok":
@@ -84,8 +84,7 @@ def pareto_ids(view: View) -> set[str]:
     for pts in by_workload.values():
         for pid, p99, thr in pts:
             dominated = any(
-                (q99 <= p99 and qthr >= thr) and (q99 < p99 or qthr > thr)
-                for _, q99, qthr in pts
+                (q99 <= p99 and qthr >= thr) and (q99 < p99 or qthr > thr) for _, q99, qthr in pts
             )
             if not dominated:
                 front.add(pid)
@@ -156,7 +155,15 @@ def summary_table(view: View, title: str) -> Table:
         else:
             status = row.get("status") or e.get("status") or "pending"
             error = str(row.get("error") or e.get("error") or "")
-            cells += [status, (error[:60] + "...") if len(error) > 60 else error, "", "", "", "", ""]
+            cells += [
+                status,
+                (error[:60] + "...") if len(error) > 60 else error,
+                "",
+                "",
+                "",
+                "",
+                "",
+            ]
         table.add_row(*cells)
     if len(view.entries) > MAX_TABLE_ROWS:
         table.caption = f"first {MAX_TABLE_ROWS} of {len(view.entries)} points (all in the store)"
@@ -206,21 +213,57 @@ def pareto_png(view: View, x_key: str = "input_throughput_tok_s") -> bytes | Non
 
     front = pareto_ids(view)
     index = {e["id"]: i + 1 for i, e in enumerate(view.entries)}
-    groups: dict[str, list[tuple[str, float, float]]] = {}
+    knobs = [n for n in view.varied if n not in ("workload", "seed", "rate", "time_scale")]
+    color_by = knobs[0] if knobs else None
+    groups: dict[str, list[tuple[str, float, float, str]]] = {}
     for e, row in view.ok():
         p99, x = _num(row, "ttft_p99_s"), _num(row, x_key)
         if p99 is None or x is None:
             continue
-        groups.setdefault(str(row.get("workload")), []).append((e["id"], x, p99))
+        tag = _label_text(e.get("labels", {}).get(color_by, "")) if color_by else "points"
+        groups.setdefault(str(row.get("workload")), []).append((e["id"], x, p99, tag))
     if not groups:
         return None
-    fig, axes = plt.subplots(1, len(groups), figsize=(6.2 * len(groups), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(groups), figsize=(6.4 * len(groups), 4.4), squeeze=False)
     for ax, (w, pts) in zip(axes[0], groups.items(), strict=True):
-        ax.scatter([p[1] for p in pts], [p[2] for p in pts], s=22, color="0.6", label="points")
+        tags = list(dict.fromkeys(p[3] for p in pts))
+        for k, tag in enumerate(tags):
+            mine = [p for p in pts if p[3] == tag]
+            ax.scatter(
+                [p[1] for p in mine],
+                [p[2] for p in mine],
+                s=26,
+                color=f"C{k % 10}",
+                label=f"{color_by} = {tag}" if color_by else tag,
+                zorder=3,
+            )
         fp = sorted((p for p in pts if p[0] in front), key=lambda p: p[1])
-        ax.plot([p[1] for p in fp], [p[2] for p in fp], "o-", color="C3", label="Pareto front")
-        for pid, x, y in fp:
-            ax.annotate(str(index[pid]), (x, y), textcoords="offset points", xytext=(4, 4))
+        ax.plot(
+            [p[1] for p in fp],
+            [p[2] for p in fp],
+            "-",
+            color="0.25",
+            lw=1.2,
+            label="Pareto front",
+            zorder=2,
+        )
+        ax.scatter(
+            [p[1] for p in fp],
+            [p[2] for p in fp],
+            s=90,
+            facecolors="none",
+            edgecolors="0.25",
+            zorder=4,
+        )
+        for pid, x, y, _ in fp:
+            ax.annotate(
+                f"#{index[pid]}",
+                (x, y),
+                textcoords="offset points",
+                xytext=(-6, 7),
+                fontsize=8,
+                ha="right",
+            )
         ax.set_xlabel("input throughput (tok/s)" if x_key.startswith("input") else x_key)
         ax.set_ylabel("TTFT p99 (s)")
         ax.set_title(f"{w}: p99 TTFT vs input throughput")
@@ -314,7 +357,9 @@ def _html_table(table: Table) -> str:
     return f"{title}<table><tr>{head}</tr>{''.join(body)}</table>{caption}"
 
 
-def write_html(view: View, path: Path, title: str, extra_tables: Sequence[Table] = ()) -> bytes | None:
+def write_html(
+    view: View, path: Path, title: str, extra_tables: Sequence[Table] = ()
+) -> bytes | None:
     """Write the page atomically; returns the Pareto PNG (also saved beside it)."""
     pareto = pareto_png(view)
     parts = [

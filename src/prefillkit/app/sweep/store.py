@@ -131,7 +131,12 @@ def schema(extra: Iterable[tuple[str, Any]] = ()) -> Any:
     """The arrow schema of a point file; ``extra`` are metrics this table does not know
     (a newer summary field), typed from a value."""
     pa = require("pyarrow", "the sweep store")
-    types = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
+    types = {
+        "string": pa.string(),
+        "int64": pa.int64(),
+        "float64": pa.float64(),
+        "bool": pa.bool_(),
+    }
     fields = [pa.field(n, types[k]) for n, k in (*ID_COLUMNS, *_config_columns(), *METRIC_COLUMNS)]
     for name, value in extra:
         if isinstance(value, bool):

@@ -37,10 +37,12 @@ class Progress:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
-            Progress as RichProgress,
             TextColumn,
             TimeElapsedColumn,
             TimeRemainingColumn,
+        )
+        from rich.progress import (
+            Progress as RichProgress,
         )
 
         self.progress = RichProgress(
@@ -75,9 +77,7 @@ class Progress:
         self.failed += failed
         self.cached += cached
         if self.progress is not None:
-            self.progress.update(
-                self.task, advance=done + failed + cached, counts=self._counts()
-            )
+            self.progress.update(self.task, advance=done + failed + cached, counts=self._counts())
 
     def set_total(self, total: int) -> None:
         if self.progress is not None:
