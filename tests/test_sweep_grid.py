@@ -141,3 +141,18 @@ def test_missing_extra_is_one_line_naming_it(tmp_path: Path) -> None:
         assert out.returncode == 2, out.stderr
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and "pip install 'prefillkit[sweep]'" in lines[0], out.stderr
+
+
+def test_trace_ids_do_not_depend_on_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sweep_support import even_trace
+
+    (tmp_path / "sub").mkdir()
+    even_trace(tmp_path / "sub" / "t.jsonl", 3)
+    path = write(tmp_path / "sub" / "g.toml", '[[workload]]\nname = "t"\ntrace = "t.jsonl"\n')
+    by_abs = [p.id for p in load_grid(path).points()]
+    monkeypatch.chdir(tmp_path)
+    assert [p.id for p in load_grid("sub/g.toml").points()] == by_abs
+    monkeypatch.chdir(tmp_path / "sub")
+    assert [p.id for p in load_grid("g.toml").points()] == by_abs

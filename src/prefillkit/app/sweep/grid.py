@@ -301,7 +301,8 @@ def _workloads(path: str, entries: object) -> tuple[dict[str, Any], ...]:
                 bad = next(iter(gen_args), "generator")
                 hint = suggest(bad, list(_WORKLOAD_KEYS))
                 raise _err(path, where, f"unknown key {bad!r} for a trace workload{hint}")
-            resolved = trace if os.path.isabs(trace) else os.path.normpath(base_dir / trace)
+            # absolute, so that the point id does not depend on the working folder
+            resolved = os.path.abspath(trace if os.path.isabs(trace) else base_dir / trace)
             if not os.path.isfile(resolved):
                 raise _err(path, f"{where} trace", f"no such file: {resolved}")
             w["trace"] = resolved
