@@ -175,3 +175,49 @@ def test_store_refuses_a_foreign_folder(tmp_path: Path, capsys: pytest.CaptureFi
     (other / "precious.txt").write_text("x")
     assert run(["sweep", str(grid), "--out", str(other), "--backend", "process"]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_stores_and_resumes(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    grid = write(
+        tmp_path / "g.toml",
+        "[grid]\nchunked_prefill_size = [4096, 8192, 16384]\n\n"
+        '[[workload]]\ngenerator = "agentic"\nnum_sessions = 300\nturns_per_session = [6, 10]\n',
+    )
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    cmd = [
+        sys.executable,
+        "-m",
+        "prefillkit.cli",
+        "sweep",
+        str(grid),
+        "--out",
+        str(out),
+        "--backend",
+        "process",
+        "--jobs",
+        "1",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not list((out / "points").glob("*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    stored = len(list((out / "points").glob("*.parquet")))
+    if proc.returncode == 0:  # it finished before the signal arrived
+        assert stored == 3
+        return
+    assert proc.returncode == 130, err
+    assert f"interrupted: {stored} of 3 points are stored" in err
+    assert "Traceback" not in err
+    assert run(["sweep", str(grid), "--out", str(out), "--backend", "process", "-q"]) == 0
+    assert len(list((out / "points").glob("*.parquet"))) == 3

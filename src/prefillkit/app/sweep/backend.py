@@ -85,9 +85,8 @@ class RayBackend:
         try:
             import ray
         except ImportError:
-            raise SweepError(
-                f"--backend ray needs Ray, which is not installed: {EXTRA_HINT}"
-            ) from None
+            why = f"--address {address}" if address else "--backend ray"
+            raise SweepError(f"{why} needs Ray, which is not installed: {EXTRA_HINT}") from None
         self.ray = ray
         self.owns = False
         if not ray.is_initialized():

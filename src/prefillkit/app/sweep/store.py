@@ -7,6 +7,7 @@ Layout of ``DIR`` (``--out``)::
     results.parquet        the current grid's points in grid order (rewritten at the end)
     report.html            the HTML page (``--show`` rewrites it)
     capacity.json          ``prefillkit capacity``'s answer (capacity runs only)
+    .lock                  held (flock) by the driver writing the store
 
 Every file is written atomically (a temporary file in the same folder, fsynced, then
 renamed), so a driver killed at any moment leaves only whole files: a point is finished
@@ -42,7 +43,7 @@ import re
 import secrets
 import time
 import typing
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -358,8 +359,3 @@ class ManifestWriter:
     def flush(self) -> None:
         self.store.write_manifest(self.doc)
         self.last = time.monotonic()
-
-
-def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
