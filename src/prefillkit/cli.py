@@ -1,4 +1,5 @@
-"""The ``prefillkit`` command line: replay, compare, report, generate, trace-stats, knobs.
+"""The ``prefillkit`` command line: replay, compare, sweep, capacity, report, generate, trace-stats,
+knobs.
 
 Every :class:`~prefillkit.config.Config` field is a flag of ``replay``, spelled as SGLang
 spells it (``--chunked-prefill-size``); the flags left over after click's own options are
@@ -1298,6 +1299,197 @@ def knobs_cmd(markdown: bool) -> None:
         previous = group
         table.add_row(flag, default, meaning)
     make_console().print(table)
+
+
+# --------------------------------------------------------------------------- sweep
+
+_BACKEND_OPTIONS: tuple[_Decorator, ...] = (
+    click.option(
+        "--backend",
+        type=click.Choice(("auto", "ray", "process")),
+        default="auto",
+        show_default=True,
+        help="Where points run: Ray tasks, or local worker processes (auto: Ray when installed).",
+    ),
+    click.option(
+        "--address",
+        metavar="ADDR",
+        help="Ray cluster to join (ray://HOST:PORT, HOST:PORT or auto) [default: $RAY_ADDRESS, "
+        "else a local Ray started here].",
+    ),
+    click.option(
+        "-j",
+        "--jobs",
+        type=click.IntRange(min=1),
+        help="Points in flight at most [default: the cluster's (or this machine's) CPUs].",
+    ),
+    click.option("-q", "--quiet", is_flag=True, help="No progress bar and no notes on stderr."),
+)
+
+
+def backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(_BACKEND_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+SWEEP_HELP = """Replay every point of a grid file (knobs x workloads x seeds) and store the results.
+
+Each point is one replay, run as a Ray task (a local Ray by default; --address or
+RAY_ADDRESS joins a cluster) or, without Ray, in local worker processes; the results are
+the same either way. Every finished point is written to DIR/points/ (Parquet, one file per
+point) as it ends: rerunning the same command after a crash or Ctrl-C recomputes nothing
+that finished, and a changed grid reuses the points it shares. A failed point is retried
+once, then stored with its error (exit status 1). Prints a table, writes DIR/report.html;
+--show DIR re-renders both from the store. Grid format: see the README ("Sweeps and
+capacity search") or examples/sweep_*.toml.
+"""
+
+
+@cli.command("sweep", help=SWEEP_HELP, context_settings=CONTEXT_SETTINGS)
+@click.argument("grid", required=False, metavar="GRID.toml")
+@click.option("-o", "--out", metavar="DIR", help="The results store (created or resumed).")
+@click.option("--show", "show_dir", metavar="DIR", help="Re-render a store's table and page.")
+@backend_options
+@click.pass_context
+def sweep_cmd(ctx: click.Context, /, **params: Any) -> None:
+    from prefillkit.app.sweep.grid import load_grid
+    from prefillkit.app.sweep.render import render_store
+    from prefillkit.app.sweep.sweep import SweepInterrupted, run_sweep
+
+    show_dir: str | None = params["show_dir"]
+    quiet: bool = params["quiet"]
+    if show_dir is not None:
+        if params["grid"] is not None or params["out"] is not None:
+            raise InputError("--show DIR re-renders a store: give no GRID.toml or --out")
+        page = render_store(show_dir, make_console())
+        if not quiet and page is not None:
+            echo_err(f"wrote {page}")
+        return
+    if params["grid"] is None:
+        raise InputError("missing GRID.toml (or --show DIR)")
+    if params["out"] is None:
+        raise InputError("--out DIR is required (the results store; rerun with it to resume)")
+    grid = load_grid(params["grid"])
+    address = params["address"] or os.environ.get("RAY_ADDRESS") or None
+    try:
+        run = run_sweep(
+            grid,
+            params["out"],
+            backend=params["backend"],
+            address=address,
+            jobs=params["jobs"],
+            progress=not quiet and sys.stderr.isatty(),
+            note=(lambda _: None) if quiet else echo_err,
+        )
+    except SweepInterrupted as exc:
+        echo_err(
+            f"prefillkit: interrupted: {exc.stored} of {exc.total} points are stored in "
+            f"{params['out']}; rerun the same command to resume"
+        )
+        ctx.exit(EXIT_INTERRUPTED)
+    page = render_store(params["out"], make_console())
+    if not quiet:
+        echo_err(
+            f"{run.done} computed, {run.cached} cached, {run.failed} failed; "
+            f"wrote {params['out']}/results.parquet and {page}"
+        )
+    if run.failed:
+        for pid, error in list(run.errors.items())[:5]:
+            echo_err(f"point {pid} failed: {error}")
+        ctx.exit(1)
+
+
+CAPACITY_HELP = """Find, per configuration of a grid file, the highest request rate meeting an SLO.
+
+Each configuration (a point of the grid; the grid must not vary rate or time_scale) is
+replayed at mean request rates between --rate-min and --rate-max, bisected geometrically
+until the bracket is within --tolerance: the answer is the highest rate probed that met
+the SLO (the TTFT percentile bound and/or the goodput). Configurations search in parallel
+(Ray or local processes, as sweep); probes are stored in DIR like sweep points, so a
+rerun reuses them. Writes DIR/capacity.json and DIR/report.html.
+"""
+
+
+@cli.command("capacity", help=CAPACITY_HELP, context_settings=CONTEXT_SETTINGS)
+@click.argument("grid", metavar="GRID.toml")
+@click.option("-o", "--out", metavar="DIR", required=True, help="The store (created or resumed).")
+@click.option(
+    "--slo-ttft",
+    type=_positive_float(),
+    metavar="SECONDS",
+    help="Bound on the TTFT percentile (--slo-percentile).",
+)
+@click.option(
+    "--slo-percentile",
+    type=click.FloatRange(min=0.0, max=100.0, min_open=True),
+    default=99.0,
+    show_default=True,
+    help="Which TTFT percentile --slo-ttft bounds.",
+)
+@click.option(
+    "--slo-goodput",
+    type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+    metavar="FRACTION",
+    help="Least fraction of requests with TTFT <= --slo-goodput-ttft.",
+)
+@click.option(
+    "--slo-goodput-ttft",
+    type=_positive_float(),
+    metavar="SECONDS",
+    help="The goodput's TTFT bound [default: --slo-ttft].",
+)
+@click.option("--rate-min", type=_positive_float(), required=True, help="Lowest rate (req/s).")
+@click.option("--rate-max", type=_positive_float(), required=True, help="Highest rate (req/s).")
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(min=0.0, max=1.0, min_open=True, max_open=True),
+    default=0.05,
+    show_default=True,
+    help="Stop when the bracket's upper/lower rate ratio is at most 1 + this.",
+)
+@backend_options
+@click.pass_context
+def capacity_cmd(ctx: click.Context, /, **params: Any) -> None:
+    from prefillkit.app.sweep.capacity import Slo, run_capacity
+    from prefillkit.app.sweep.grid import load_grid
+    from prefillkit.app.sweep.render import render_store
+    from prefillkit.app.sweep.sweep import SweepInterrupted
+
+    quiet: bool = params["quiet"]
+    slo = Slo(
+        percentile=params["slo_percentile"],
+        ttft_s=params["slo_ttft"],
+        goodput=params["slo_goodput"],
+        goodput_ttft_s=params["slo_goodput_ttft"],
+    )
+    grid = load_grid(params["grid"])
+    address = params["address"] or os.environ.get("RAY_ADDRESS") or None
+    try:
+        result = run_capacity(
+            grid,
+            params["out"],
+            slo,
+            rate_min=params["rate_min"],
+            rate_max=params["rate_max"],
+            tolerance=params["tolerance"],
+            backend=params["backend"],
+            address=address,
+            jobs=params["jobs"],
+            progress=not quiet and sys.stderr.isatty(),
+            note=(lambda _: None) if quiet else echo_err,
+        )
+    except SweepInterrupted as exc:
+        echo_err(
+            f"prefillkit: interrupted: {exc.stored} probes are stored in {params['out']}; "
+            "rerun the same command to resume"
+        )
+        ctx.exit(EXIT_INTERRUPTED)
+    page = render_store(params["out"], make_console())
+    if not quiet:
+        echo_err(f"wrote {params['out']}/capacity.json and {page}")
+    if any(c["status"] == "failed" for c in result["configs"]):
+        ctx.exit(1)
 
 
 # --------------------------------------------------------------------------- entry point

@@ -1,0 +1,1 @@
+"""The application layer: settings, replay, compare, sweep."""
