@@ -37,6 +37,7 @@ class ReqStatus(Enum):
     DECODING = "decoding"  # colocated: in the decode batch
     FINISHED = "finished"
     REJECTED = "rejected"  # can never fit; recorded with a reason
+    ABORTED = "aborted"  # dropped by the engine (Scheduler.abort)
 
 
 def token_key_chain(tokens: Sequence[int], page_size: int) -> list[int]:

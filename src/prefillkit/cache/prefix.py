@@ -331,12 +331,18 @@ class PrefixCache:
             node.parent,
             p_pages,
             p_lanes,
-            [pop_front(t, n) for t, n in zip(node.pages, p_lanes, strict=True)]
+            [t[:n] for t, n in zip(node.pages, p_lanes, strict=True)]
             if node.on_device
             else empty_table(len(p_lanes)),
         )
+        # NOTE: a node's page arrays are never mutated in place (a split, a merge, an
+        # eviction or a load-back binds new ones), so a step's snapshot of a prefix
+        # path stays exact while its request holds the lock.
+        if node.on_device:
+            node.pages = [t[n:] for t, n in zip(node.pages, p_lanes, strict=True)]
         if node.on_host:
-            p.host_slots = pop_front(node.host_slots, p_pages)
+            p.host_slots = node.host_slots[:p_pages]
+            node.host_slots = node.host_slots[p_pages:]
         p.lock_ref = node.lock_ref
         p.host_lock_ref = node.host_lock_ref
         p.on_device = node.on_device

@@ -17,9 +17,12 @@ It imports nothing from the simulator: an engine can embed it.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+from prefillkit.cache.events import KVListener
 from prefillkit.cache.host import HostTier
 from prefillkit.cache.invariants import check_invariants
 from prefillkit.cache.pages import empty_table
@@ -40,6 +43,13 @@ from prefillkit.sched.affinity import (
     tripped_bound,
 )
 from prefillkit.sched.buffer import BufferEstimatorContext
+from prefillkit.sched.interface import (
+    AdmissionEvent,
+    AdmissionObserver,
+    ScheduledReq,
+    StepOutput,
+    limit_of,
+)
 from prefillkit.sched.matching import refresh_match
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.preempt import pick_victims
@@ -75,6 +85,9 @@ class PrefillBatch:
     # own: ``extend_tokens`` (page-ceiled) and ``cached_tokens`` (true prefixes).
     log_input_tokens: int = 0
     log_hit_tokens: int = 0
+    # Per request (aligned with ``reqs``): the first sequence page this batch allocated,
+    # its new pages (a lane table), and the pages it already owned before them (a copy).
+    new_pages: list[tuple[int, list[array], tuple[array, ...]]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -190,6 +203,9 @@ class Scheduler:
         self.stats = SchedulerStats()
         # Why the last admission pass stopped (for an empty pass: why nothing was admitted).
         self.last_pass_reason: CloseReason | None = None
+        # Called with every admission decision (set_admission_observer); NOTE: None costs
+        # one test per candidate.
+        self.admission_observer: AdmissionObserver | None = None
 
     # ------------------------------------------------------------------ arrival
     def never_fits_reason(self, req: Request) -> str | None:
@@ -375,6 +391,7 @@ class Scheduler:
         preempted: list[Request] = []
         closed: CloseReason | None = None
         slots = self.max_running_requests - len(self.running)
+        obs = self.admission_observer
         if chunked is not None:
             slots += 1  # the continuation already holds a slot in self.running
         # NOTE: after a CONTINUE verdict the budgets are known to be open; only the
@@ -411,6 +428,8 @@ class Scheduler:
                 )
                 if decision is AffinityDecision.SKIP:
                     skipped.append(req)
+                    if obs is not None:
+                        self._observe(obs, adder, "skip", now, req, None, False, None)
                     continue
                 if decision is AffinityDecision.STOP:
                     stops += 1
@@ -445,11 +464,16 @@ class Scheduler:
                     admitted = bool(can_run) and can_run[-1] is req
             if admitted and lead is EMPTY:
                 lead = BatchLead.WARM if cls is ReqClass.WARM else BatchLead.COLD
+            if obs is not None:
+                self._observe(obs, adder, "candidate", now, req, res.name, admitted, None)
             if res is not CONTINUE:
                 closed = adder.closed_by
                 break
         else:
             closed = adder.closed_by or CloseReason.QUEUE_EMPTY
+        if obs is not None:
+            reason = (closed or CloseReason.QUEUE_EMPTY).value
+            self._observe(obs, adder, "stop", now, None, None, False, reason)
         if promoted:
             # A promoted request keeps the lead until it is admitted (a lead that does not
             # fit yet, e.g. NO_TOKEN, must not be overtaken by the warm requests behind it).
@@ -486,6 +510,31 @@ class Scheduler:
         if cfg.enable_priority_scheduling:
             return not cfg.enable_priority_preemption
         return cfg.schedule_policy in ("fcfs", "lof")
+
+    @staticmethod
+    def _observe(
+        obs: AdmissionObserver,
+        adder: PrefillAdder,
+        kind: str,
+        now: float,
+        req: Request | None,
+        result: str | None,
+        admitted: bool,
+        reason: str | None,
+    ) -> None:
+        obs(
+            AdmissionEvent(
+                kind,
+                now,
+                None if req is None else req.rid,
+                result,
+                admitted,
+                reason,
+                adder.rem_total_tokens,
+                adder.rem_input_tokens,
+                adder.rem_chunk_tokens,
+            )
+        )
 
     def _count_affinity(self, skipped: list[Request], stop_bound: AffinityBound | None) -> None:
         """Affinity counters of one pass (see :class:`SchedulerStats`)."""
@@ -535,6 +584,7 @@ class Scheduler:
             raise AssertionError(f"allocation of {adder.planned_lanes} failed after admission")
         take_owned = self.pool.take_owned
         cp = self.pool.cp_size
+        new_pages: list[tuple[int, list[array], tuple[array, ...]]] = []
         for req in adder.can_run_list:
             if req.status is waiting_status:
                 req.owned_start_page = req.owned_end_page = req.prefix_len // p
@@ -555,9 +605,12 @@ class Scheduler:
             if table is None:  # pragma: no cover - make_room covered the planned lanes
                 raise AssertionError(f"page allocation for {req.rid} failed after admission")
             if req.owned_pages:
+                new_pages.append((start, table, tuple(t[:] for t in req.owned_pages)))
                 extend_pages(req.owned_pages, table)
             else:
-                req.owned_pages = table
+                new_pages.append((start, table, ()))
+                # NOTE: a copy: insert consumes the owned arrays, the step keeps TABLE
+                req.owned_pages = [t[:] for t in table]
             req.owned_end_page = end
             req.num_chunks += 1
             if req.requeued_time is not None:  # a re-prefill after a requeue
@@ -590,7 +643,132 @@ class Scheduler:
             preempted=preempted,
             log_input_tokens=adder.log_input_tokens,
             log_hit_tokens=adder.log_hit_tokens,
+            new_pages=new_pages,
         )
+
+    # ------------------------------------------------------------------ interface
+    def set_admission_observer(self, obs: AdmissionObserver | None) -> None:
+        """Call ``obs`` with every admission decision (see AdmissionEvent); None: off."""
+        self.admission_observer = obs
+
+    def set_kv_listener(self, listener: KVListener | None) -> None:
+        """Call ``listener`` with every KV-cache event (see cache/events.py); None: off."""
+        self.cache.kv_listener = listener
+
+    def schedule(self, now: float) -> StepOutput:
+        """One admission pass as an immutable :class:`StepOutput` (see interface.py)."""
+        batch = self.get_new_batch_prefill(now)
+        reason = self.last_pass_reason
+        assert reason is not None
+        if batch is None:
+            return StepOutput((), reason, limit_of(reason), waiting_len=len(self._waiting))
+        u = self.cache.unit_pages
+        root = self.cache.root
+        copies = {id(lb.deepest): lb for lb in batch.load_backs}
+        out: list[ScheduledReq] = []
+        for req, (start, table, owned) in zip(batch.reqs, batch.new_pages, strict=True):
+            node = req.locked_node
+            lb = copies.get(id(node)) if req.loaded_tokens else None
+            end = req.prefix_len + req.extend_input_len
+            out.append(
+                ScheduledReq(
+                    req,
+                    req.rid,
+                    req.prefix_len,
+                    req.loaded_tokens,
+                    req.prefix_len,
+                    end,
+                    None if node is root else node,
+                    0 if node is None else node.end * u,
+                    u,
+                    owned,
+                    start,
+                    tuple(table),
+                    () if lb is None else tuple(lb.copy_pairs()),
+                    end < req.input_len,
+                )
+            )
+        return StepOutput(
+            tuple(out),
+            reason,
+            limit_of(reason),
+            extend_tokens=batch.extend_tokens,
+            cached_tokens=batch.cached_tokens,
+            load_back_tokens=batch.load_back_tokens,
+            buffer_bytes=batch.buffer_bytes,
+            lead_class=batch.lead_class,
+            has_chunked=batch.has_chunked,
+            waiting_len=batch.waiting_len,
+            skips=batch.skips,
+            defers=batch.defers,
+            stops=batch.stops,
+            stop_bound=batch.stop_bound,
+            preempted=tuple(batch.preempted),
+            handle=batch,
+        )
+
+    def forward_done(self, step: StepOutput, now: float) -> list[Request]:
+        """The step's forward finished (see :meth:`prefill_done`)."""
+        if step.handle is None:
+            return []
+        return self.prefill_done(step.handle, now)
+
+    def begin_transfer(self, req: Request) -> None:
+        """pd-prefill: the request's KV is being sent out; it keeps its pages."""
+        req.status = ReqStatus.TRANSFERRING
+
+    def finish(self, req: Request, now: float) -> None:
+        """The request no longer needs its KV (see :meth:`release`)."""
+        self.release(req, now)
+
+    def abort(self, req: Request, now: float) -> None:
+        """Drop ``req`` wherever it is: queue, chunk, running, decode set."""
+        self._waiting.pop(req, None)
+        if self.chunked_req is req:
+            self.chunked_req = None
+        if req in self.decoding:
+            self.decoding.remove(req)
+        self.affinity_promoted = [r for r in self.affinity_promoted if r is not req]
+        self._free_kv(req)
+        self.running.pop(req.rid, None)
+        req.status = ReqStatus.ABORTED
+        req.finish_time = now
+
+    def decode_load(self) -> tuple[int, int]:
+        """(decoding requests, their context tokens)."""
+        dec = self.decoding
+        return len(dec), sum(r.input_len + r.output_len for r in dec)
+
+    def num_pending(self) -> int:
+        """Requests waiting or mid-chunk."""
+        return len(self._waiting) + (1 if self.chunked_req is not None else 0)
+
+    def counters(self) -> dict[str, Any]:
+        """Run-long counters, as the simulator's summary reports them."""
+        st = self.stats
+        return {
+            "affinity_skips": st.affinity_skips,
+            "affinity_defers": st.affinity_defers,  # request-passes deferred (= skips)
+            "affinity_deferred_requests": st.affinity_deferred_requests,
+            "affinity_skip_passes": st.affinity_skip_passes,
+            "affinity_max_skips_in_pass": st.affinity_max_skips_in_pass,
+            "affinity_max_deferred_passes": st.affinity_max_deferred_passes,
+            "affinity_stops": st.affinity_stops,
+            "affinity_stops_w": st.affinity_stops_w,
+            "affinity_stops_k": st.affinity_stops_k,
+            "affinity_stops_t": st.affinity_stops_t,
+            "preemptions": st.preemptions,
+            "retractions": st.retractions,
+            "admission_passes": st.passes,
+            # Passes that admitted nothing, in total and by why (CloseReason values).
+            "empty_passes": sum(st.empty_passes.values()),
+            **{f"empty_passes_{k}": st.empty_passes[k] for k in sorted(st.empty_passes)},
+            # Upstream's log_input_tokens (raw extends) / log_hit_tokens (0 for a chunked
+            # continuation), beside prefillkit's own page-ceiled/true-prefix batch tallies.
+            "upstream_log_input_tokens": st.log_input_tokens,
+            "upstream_log_hit_tokens": st.log_hit_tokens,
+            "evicted_pages": self.cache.device_evicted_pages,
+        }
 
     # ------------------------------------------------------------------ completion
     def prefill_done(self, batch: PrefillBatch, now: float) -> list[Request]:

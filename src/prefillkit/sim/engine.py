@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 
 from prefillkit.config import Config
-from prefillkit.request import ReqStatus, Request
+from prefillkit.request import Request
 from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
-from prefillkit.sched.scheduler import PrefillBatch, Scheduler
+from prefillkit.sched.interface import SchedulerInterface, StepOutput
+from prefillkit.sched.scheduler import Scheduler
 from prefillkit.sim.cost import CostModel, ReqShape, cost_model_for_config
 from prefillkit.sim.gpus import get_gpu
 from prefillkit.sim.metrics import BatchRecord, BatchTrace, summarize
@@ -143,7 +144,9 @@ class Engine:
             except ValueError as e:
                 raise SimConfigError(f"--cp-shared-kv-prefill-max-buffer-size: {e}") from None
         self.colocated = cfg.mode == "colocated"
-        self.sched = Scheduler(
+        # NOTE: the loop drives the scheduler through its typed interface only
+        # (tests/test_interface.py checks it).
+        self.sched: SchedulerInterface = Scheduler(
             cfg,
             self.dep.total_pages,
             self.dep.key_tokens,
@@ -191,33 +194,8 @@ class Engine:
             if self.on_progress is not None:
                 self.on_progress(self.finished, total)
         partial = self.stop_requested and bool(heap)
-        st = self.sched.stats
-        counters = {
-            "affinity_skips": st.affinity_skips,
-            "affinity_defers": st.affinity_defers,  # request-passes deferred (= skips)
-            "affinity_deferred_requests": st.affinity_deferred_requests,
-            "affinity_skip_passes": st.affinity_skip_passes,
-            "affinity_max_skips_in_pass": st.affinity_max_skips_in_pass,
-            "affinity_max_deferred_passes": st.affinity_max_deferred_passes,
-            "affinity_stops": st.affinity_stops,
-            "affinity_stops_w": st.affinity_stops_w,
-            "affinity_stops_k": st.affinity_stops_k,
-            "affinity_stops_t": st.affinity_stops_t,
-            "preemptions": st.preemptions,
-            "retractions": st.retractions,
-            "admission_passes": st.passes,
-            # Passes that admitted nothing, in total and by why (CloseReason values).
-            "empty_passes": sum(st.empty_passes.values()),
-            **{f"empty_passes_{k}": st.empty_passes[k] for k in sorted(st.empty_passes)},
-            # Upstream's log_input_tokens (raw extends) / log_hit_tokens (0 for a chunked
-            # continuation), beside prefillkit's own page-ceiled/true-prefix batch tallies.
-            "upstream_log_input_tokens": st.log_input_tokens,
-            "upstream_log_hit_tokens": st.log_hit_tokens,
-            "evicted_pages": self.sched.cache.device_evicted_pages,
-            "stuck": 0
-            if partial
-            else self.sched.num_waiting + (1 if self.sched.chunked_req is not None else 0),
-        }
+        counters = self.sched.counters()
+        counters["stuck"] = 0 if partial else self.sched.num_pending()
         summary = summarize(self.requests, self.batches, counters=counters, sim_end_s=self.now)
         classes = self.trace.cache_classes(self.cfg.affinity_warm_floor_tokens)
         summary.update(
@@ -257,64 +235,47 @@ class Engine:
                 self.finished += 1
         elif kind == FORWARD_DONE:
             self.busy = False
-            if isinstance(payload, PrefillBatch):
+            if payload is not None:
                 self._prefill_done(payload)
             else:
                 finished, _ = self.sched.decode_step(self.now)
                 self.finished += len(finished)
         elif kind == TRANSFER_DONE:
-            self.sched.release(payload, self.now)
+            self.sched.finish(payload, self.now)
             self.finished += 1
 
     def _start_work(self) -> None:
         sched = self.sched
-        batch = sched.get_new_batch_prefill(self.now) if sched.has_work else None
-        if batch is not None:
-            reqs = batch.reqs
-            shapes = [ReqShape(r.prefix_len, r.extend_input_len, r.loaded_tokens) for r in reqs]
-            breakdown = self.cost.breakdown(shapes)
-            dur = breakdown["total"]
-            self.trace.record(reqs, breakdown)
-            self.batches.append(
-                BatchRecord(
-                    batch_id=len(self.batches),
-                    start_s=self.now,
-                    duration_s=dur,
-                    size=len(batch.reqs),
-                    raw_extend_tokens=sum(r.extend_input_len for r in batch.reqs),
-                    cached_tokens=batch.cached_tokens,
-                    load_back_tokens=batch.load_back_tokens,
-                    buffer_bytes=batch.buffer_bytes,
-                    lead_class=batch.lead_class,
-                    closed_by=batch.closed_by,
-                    has_chunked=batch.has_chunked,
-                    waiting_len=batch.waiting_len,
-                    skips=batch.skips,
-                    defers=batch.defers,
-                )
-            )
-            self.busy = True
-            self._push(self.now + dur, FORWARD_DONE, batch)
-            return
-        if self.colocated and sched.decoding:
-            ctx = sum(r.input_len + r.output_len for r in sched.decoding)
-            dur = self.cost.decode_step_time(len(sched.decoding), ctx)
+        if sched.has_work:
+            step = sched.schedule(self.now)
+            if step.reqs:
+                shapes = [ReqShape(s.prefix_len, s.extend_len, s.loaded_tokens) for s in step.reqs]
+                breakdown = self.cost.breakdown(shapes)
+                dur = breakdown["total"]
+                self.trace.record([s.req for s in step.reqs], breakdown)
+                self.batches.append(BatchRecord.from_step(step, len(self.batches), self.now, dur))
+                self.busy = True
+                self._push(self.now + dur, FORWARD_DONE, step)
+                return
+        n_decoding, ctx = sched.decode_load() if self.colocated else (0, 0)
+        if n_decoding:
+            dur = self.cost.decode_step_time(n_decoding, ctx)
             self._decode_starts.append(self.now)
             self._decode_durations.append(dur)
             self.busy = True
             self._push(self.now + dur, FORWARD_DONE, None)
 
-    def _prefill_done(self, batch: PrefillBatch) -> None:
-        done = self.sched.prefill_done(batch, self.now)
+    def _prefill_done(self, step: StepOutput) -> None:
+        done = self.sched.forward_done(step, self.now)
         for req in done:
             if self.colocated:
                 if req.output_len >= req.max_new_tokens:
-                    self.sched.release(req, self.now)
+                    self.sched.finish(req, self.now)
                     self.finished += 1
                 else:
                     self.sched.start_decode(req)
             else:
-                req.status = ReqStatus.TRANSFERRING
+                self.sched.begin_transfer(req)
                 self._push(self.now + self.cost.kv_transfer_time(req.input_len), TRANSFER_DONE, req)
 
 

@@ -16,11 +16,14 @@ from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from prefillkit.request import ReqStatus, Request
+
+if TYPE_CHECKING:
+    from prefillkit.sched.interface import StepOutput
 
 REQUEST_COLUMNS = (
     "rid",
@@ -93,6 +96,28 @@ class BatchRecord:
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_step(
+        cls, step: StepOutput, batch_id: int, start_s: float, duration_s: float
+    ) -> BatchRecord:
+        """The record of one scheduler step that ran from ``start_s`` for ``duration_s``."""
+        return cls(
+            batch_id=batch_id,
+            start_s=start_s,
+            duration_s=duration_s,
+            size=len(step.reqs),
+            raw_extend_tokens=sum(s.extend_len for s in step.reqs),
+            cached_tokens=step.cached_tokens,
+            load_back_tokens=step.load_back_tokens,
+            buffer_bytes=step.buffer_bytes,
+            lead_class=step.lead_class,
+            closed_by=step.closed_by,
+            has_chunked=step.has_chunked,
+            waiting_len=step.waiting_len,
+            skips=step.skips,
+            defers=step.defers,
+        )
 
 
 @dataclass(slots=True)
