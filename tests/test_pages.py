@@ -81,7 +81,7 @@ def test_insert_moves_the_request_pages_into_nodes_and_frees_duplicates() -> Non
     assert table is not None
     ids = table[0].tolist()
     node = cache.insert(cache.root, keys, 0, 4, table)
-    assert table[0].tolist() == []  # consumed
+    assert table[0].tolist() == ids  # read, never mutated (the caller drops it)
     assert node.pages[0].tolist() == ids
     check_invariants(cache, [], [])
     # A second request computes the same units: its pages come back to the free list.

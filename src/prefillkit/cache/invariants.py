@@ -31,7 +31,7 @@ def _check_partition(what: str, stack: IdStack, held: list[tuple[str, array]]) -
     """The free ids of ``stack`` and the ``held`` arrays (holder, ids) must cover the id
     space ``[0, stack.size)`` exactly once."""
     owner: dict[int, str] = {}
-    for pid in stack.ids:
+    for pid in stack.ids[: stack.top]:
         if pid in owner:
             _fail(f"{what}: page {pid} is twice in the free list")
         owner[pid] = "the free list"

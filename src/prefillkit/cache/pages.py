@@ -59,50 +59,77 @@ class IdStack:
     stack of ids given back on top of ids never handed out (materialised lazily, so an
     id space of 10^12 costs nothing until used). Taking ``n`` ids is one slice copy.
 
-    NOTE: ``len(self) == len(self.ids) + size - fresh``: ids ``[fresh, size)`` were never
-    materialised, every other free id is in ``ids``.
+    NOTE: the free ids are ``ids[:top]`` (top of the stack last) and ``[fresh, size)``,
+    never materialised; ``ids`` beyond ``top`` is spare room, so taking and giving back
+    never resize the array (a shrinking ``del`` reallocates a large array each time).
     """
 
-    __slots__ = ("fresh", "ids", "size")
+    __slots__ = ("fresh", "ids", "size", "top")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.fresh = 0
+        self.top = 0
         self.ids = array(_TYPECODE)
         self._grow(min(size, EAGER_IDS))
 
     def __len__(self) -> int:
-        return len(self.ids) + self.size - self.fresh
+        return self.top + self.size - self.fresh
 
     def _grow(self, n: int) -> None:
         """Materialise the next ``max(n, EAGER_IDS)`` never-used ids (capped at size)
-        below the stack's current contents' top, lowest on top."""
+        below the stack's current contents, lowest on top."""
         stop = min(self.size, self.fresh + max(n, EAGER_IDS))
         if stop > self.fresh:
             fresh = array(_TYPECODE, range(stop - 1, self.fresh - 1, -1))
-            fresh.extend(self.ids)  # NOTE: given-back ids stay on top
+            fresh.extend(self.ids[: self.top])  # NOTE: given-back ids stay on top
             self.ids = fresh
+            self.top = len(fresh)
             self.fresh = stop
 
     def take(self, n: int) -> array:
         """Take ``n`` free ids (the caller checked ``len(self) >= n``)."""
-        if len(self.ids) < n:
-            self._grow(n - len(self.ids))
-        return take(self.ids, n)
+        if self.top < n:
+            self._grow(n - self.top)
+        top = self.top
+        self.top = top - n
+        return self.ids[top - n : top]
+
+    def take_many(self, counts: list[int]) -> list[array]:
+        """Take ``counts[k]`` free ids for each ``k`` (the caller checked the sum)."""
+        need = sum(counts)
+        if self.top < need:
+            self._grow(need - self.top)
+        ids = self.ids
+        top = self.top
+        out: list[array] = []
+        for n in counts:
+            out.append(ids[top - n : top])
+            top -= n
+        self.top = top
+        return out
 
     def pop(self) -> int:
         """Take one free id (the caller checked there is one)."""
-        if not self.ids:
+        if not self.top:
             self._grow(1)
-        return self.ids.pop()
+        self.top -= 1
+        return self.ids[self.top]
 
     def give(self, ids: array) -> None:
         """Mark ``ids`` free (the caller guarantees they were not)."""
-        self.ids.extend(ids)
+        top = self.top
+        end = top + len(ids)
+        if end <= len(self.ids):
+            self.ids[top:end] = ids
+        else:
+            del self.ids[top:]
+            self.ids.extend(ids)
+        self.top = end
 
     def free_ids(self) -> list[int]:
         """Every free id (for checks; O(size))."""
-        return self.ids.tolist() + list(range(self.fresh, self.size))
+        return self.ids[: self.top].tolist() + list(range(self.fresh, self.size))
 
 
 def take(stack: array, n: int) -> array:

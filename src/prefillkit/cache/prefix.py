@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from prefillkit.cache.events import BlockLoadedBack, BlockRemoved, BlockStored, KVListener
 from prefillkit.cache.host import HostTier
 from prefillkit.cache.node import Node
-from prefillkit.cache.pages import empty_table, global_ids, pop_front
+from prefillkit.cache.pages import empty_table, global_ids
 from prefillkit.cache.pool import KVPool, lane_split
 
 
@@ -378,12 +378,13 @@ class PrefixCache:
         """Cache units ``[from_units, to_units)`` of ``keys`` computed by a request.
 
         The request holds a lock on ``locked`` (ending at ``from_units``) and owns the
-        pages of those units: ``pages`` is its owned lane table starting at that unit,
-        whose head this call consumes (mutated: the pages of the inserted units leave
-        it); None takes them from the pool's loose pages. Pages of units that are
-        already device-resident are freed (duplicates); host-only nodes on the path are
-        revived with the request's pages; the rest become new nodes. The lock moves to
-        the new deepest node, which is returned.
+        pages of those units: ``pages`` is its owned lane table starting at that unit;
+        this call hands the head covering the inserted units to the cache (or frees it)
+        and never mutates ``pages``: the caller drops that head (``lane_split`` of the
+        inserted pages per lane). None takes them from the pool's loose pages. Pages of
+        units that are already device-resident are freed (duplicates); host-only nodes
+        on the path are revived with the request's pages; the rest become new nodes. The
+        lock moves to the new deepest node, which is returned.
         """
         if self._tentative is not None:
             self._commit()
@@ -395,6 +396,7 @@ class PrefixCache:
         if pages is None:
             pages = pool.take_loose(lane_split(from_units * u, (to_units - from_units) * u, cp))
         listener = self.kv_listener
+        offs = [0] * cp  # NOTE: pages of PAGES already handed out, per lane
         node = locked
         d = from_units
         while d < to_units:
@@ -408,7 +410,7 @@ class PrefixCache:
                     node,
                     n_pages,
                     lanes,
-                    [pop_front(t, n) for t, n in zip(pages, lanes, strict=True)],
+                    [t[o : o + n] for t, o, n in zip(pages, offs, lanes, strict=True)],
                 )
                 pool.owned_to_cached(lanes)
                 if listener is not None:
@@ -433,7 +435,9 @@ class PrefixCache:
             if j < len(ckeys):
                 child = self._split(child, d + j)
             lanes = child.lane_pages
-            seg = [pop_front(t, n) for t, n in zip(pages, lanes, strict=True)]
+            seg = [t[o : o + n] for t, o, n in zip(pages, offs, lanes, strict=True)]
+            for i, n in enumerate(lanes):
+                offs[i] += n
             if child.on_device:
                 pool.give_owned(seg)  # computed twice: drop our copy
             else:

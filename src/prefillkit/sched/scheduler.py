@@ -582,10 +582,22 @@ class Scheduler:
         # same nodes as allocating request by request would.
         if not self.cache.make_room(adder.planned_lanes):  # pragma: no cover
             raise AssertionError(f"allocation of {adder.planned_lanes} failed after admission")
-        take_owned = self.pool.take_owned
-        cp = self.pool.cp_size
+        can_run = adder.can_run_list
+        pool = self.pool
+        cp = pool.cp_size
         new_pages: list[tuple[int, list[array], tuple[array, ...]]] = []
-        for req in adder.can_run_list:
+        single: list[array] | None = None
+        if cp == 1:  # NOTE: one call for the batch (the hot path without CP)
+            single = pool.take_owned_many(
+                [
+                    -(-(r.prefix_len + r.extend_input_len) // p)
+                    - (r.owned_end_page if r.status is not waiting_status else r.prefix_len // p)
+                    for r in can_run
+                ]
+            )
+            if single is None:  # pragma: no cover - make_room covered the planned pages
+                raise AssertionError(f"allocation of {adder.planned_lanes} failed")
+        for k, req in enumerate(can_run):
             if req.status is waiting_status:
                 req.owned_start_page = req.owned_end_page = req.prefix_len // p
                 if req.first_scheduled_time is None:
@@ -601,16 +613,21 @@ class Scheduler:
             # and a continuation's prefix ends where its owned pages end.
             start = req.owned_end_page
             end = -(-(req.prefix_len + req.extend_input_len) // p)
-            table = take_owned([end - start] if cp == 1 else lane_split(start, end - start, cp))
-            if table is None:  # pragma: no cover - make_room covered the planned lanes
-                raise AssertionError(f"page allocation for {req.rid} failed after admission")
+            if single is not None:
+                table = [single[k]]
+            else:
+                got = pool.take_owned(lane_split(start, end - start, cp))
+                if got is None:  # pragma: no cover - make_room covered the planned lanes
+                    raise AssertionError(f"page allocation for {req.rid} failed")
+                table = got
             if req.owned_pages:
-                new_pages.append((start, table, tuple(t[:] for t in req.owned_pages)))
+                new_pages.append((start, table, tuple([t[:] for t in req.owned_pages])))
                 extend_pages(req.owned_pages, table)
             else:
                 new_pages.append((start, table, ()))
-                # NOTE: a copy: insert consumes the owned arrays, the step keeps TABLE
-                req.owned_pages = [t[:] for t in table]
+                # NOTE: shared with the step until prefill_done rebinds owned_pages, and
+                # nothing mutates owned arrays in place before then (insert only reads)
+                req.owned_pages = table
             req.owned_end_page = end
             req.num_chunks += 1
             if req.requeued_time is not None:  # a re-prefill after a requeue
@@ -618,7 +635,6 @@ class Scheduler:
         for v in preempted:  # requeued by this pass: their lost time starts now
             v.requeued_time = now
         # NOTE: a continuation is always admitted first, before the scan.
-        can_run = adder.can_run_list
         self.chunked_req = adder.new_chunked_req or (
             self.chunked_req if can_run and can_run[0] is self.chunked_req else None
         )
@@ -784,9 +800,20 @@ class Scheduler:
             units = min(req.computed_tokens // kt, len(req.keys))
             node = req.locked_node
             assert node is not None
+            owned = req.owned_pages
             if units > node.end:
-                req.locked_node = cache.insert(node, req.keys, node.end, units, req.owned_pages)
+                req.locked_node = cache.insert(node, req.keys, node.end, units, owned)
+                # The inserted head now belongs to the cache (or was freed).
+                if len(owned) == 1:
+                    req.owned_pages = [owned[0][(units - node.end) * u :]]
+                else:
+                    gone = lane_split(node.end * u, (units - node.end) * u, len(owned))
+                    req.owned_pages = [t[n:] for t, n in zip(owned, gone, strict=True)]
                 req.owned_start_page = units * u
+            else:
+                # NOTE: new arrays, so that later chunks and decode (which grow
+                # owned_pages in place) never change a step's page snapshot.
+                req.owned_pages = [t[:] for t in owned]
             if req.computed_tokens >= req.input_len:
                 if req.first_token_time is None:
                     # The first token's time is set once: a re-prefill never moves it.

@@ -188,6 +188,8 @@ def seed_running_request(
     units = min(req.input_len // kt, len(req.keys))
     if units > node.end:
         req.locked_node = cache.insert(node, req.keys, node.end, units, req.owned_pages)
+        gone = lane_split(node.end * u, (units - node.end) * u, cache.cp_size)
+        req.owned_pages = [t[n:] for t, n in zip(req.owned_pages, gone, strict=True)]
         req.owned_start_page = units * u
     req.first_token_time = now
     req.output_len = output_len
