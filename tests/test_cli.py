@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from prefillkit.config import Config, field_flag
+from prefillkit.app.settings import Config, field_flag
 from prefillkit.sim.metrics import BATCH_COLUMNS, REQUEST_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,9 +1,9 @@
 """The ``prefillkit`` command line: replay, compare, sweep, capacity, report, generate, trace-stats,
 knobs.
 
-Every :class:`~prefillkit.config.Config` field is a flag of ``replay``, spelled as SGLang
-spells it (``--chunked-prefill-size``); the flags left over after click's own options are
-parsed by :func:`prefillkit.config.parse_flags`, so spelling, aliases and validation are
+Every :class:`~prefillkit.app.settings.Config` field is a flag of ``replay``, spelled as
+SGLang spells it (``--chunked-prefill-size``); the flags left over after click's own options
+are parsed by :func:`prefillkit.app.settings.parse_flags`, so spelling, aliases and validation are
 exactly the config's. ``replay --help`` lists them all, grouped, from the config's
 field metadata.
 
@@ -11,7 +11,8 @@ Exit codes: 0 success, 2 bad usage / config / input (one line
 ``prefillkit: error: <message>`` on stderr, never a traceback), 130 interrupted.
 Set ``PREFILLKIT_DEBUG=1`` to get tracebacks instead.
 
-Shared building blocks for further subcommands live in :mod:`prefillkit.runner`; the
+This module holds the click commands and their console output only: settings, replay
+and compare live in :mod:`prefillkit.app` (``settings``, ``replay``, ``compare``); the
 helpers here (:func:`config_flags_epilog`, :func:`echo_err`, :class:`ConfigFlagsCommand`,
 :func:`print_summary_table`) are meant for them too.
 """
@@ -37,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prefillkit import __version__
-from prefillkit.compare import (
+from prefillkit.app.compare import (
     VariantOutcome,
     VariantsInterrupted,
     check_shared_settings,
@@ -50,22 +51,10 @@ from prefillkit.compare import (
     write_compare,
     write_dir_report,
 )
-from prefillkit.config import (
-    GROUPS,
-    Config,
-    ConfigError,
-    blame_config_file,
-    field_flag,
-    knob_table,
-    parse_flags,
-)
-from prefillkit.report.compare import comparison_table
-from prefillkit.runner import (
-    DEFAULT_DEPLOYMENT,
+from prefillkit.app.replay import (
     GENERATORS,
     InputError,
     WorkloadSpec,
-    build_config,
     generate_records,
     load_requests,
     lru_hit_rate,
@@ -73,6 +62,18 @@ from prefillkit.runner import (
     run_replay,
     write_trace_jsonl,
 )
+from prefillkit.app.settings import (
+    DEFAULT_DEPLOYMENT,
+    GROUPS,
+    Config,
+    ConfigError,
+    ConfigFile,
+    build_config,
+    describe,
+    field_flag,
+    knob_table,
+)
+from prefillkit.report.compare import comparison_table
 from prefillkit.sim.engine import Engine, SimConfigError
 from prefillkit.sim.output import json_ready, summary_document, write_run
 from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s
@@ -90,7 +91,7 @@ from prefillkit.workloads.options import (
     GenParam,
     WorkloadTableError,
     parse_text,
-    read_workload_table,
+    workload_table,
 )
 from prefillkit.workloads.record import to_request
 from prefillkit.workloads.replay import FORMATS, ReplayOptions, detect_format, load_records
@@ -209,7 +210,7 @@ def config_flags_epilog(
 class ConfigFlagsCommand(click.Command):
     """A command that takes every Config field as a flag (parsed by ``parse_flags``).
 
-    Unknown options are left in ``ctx.args`` for :func:`prefillkit.runner.build_config`;
+    Unknown options are left in ``ctx.args`` for :func:`prefillkit.app.settings.build_config`;
     the help lists every config flag, grouped, after the command's own options.
     ``config_defaults`` are shown as the defaults of the fields they set.
     """
@@ -419,20 +420,23 @@ def _given_params(ctx: click.Context, params: Sequence[GenParam]) -> list[GenPar
 
 
 def _generator_args(
-    ctx: click.Context, params: dict[str, Any]
+    ctx: click.Context, params: dict[str, Any], config_file: ConfigFile | None
 ) -> tuple[str, dict[str, Any], dict[str, str]]:
     """``(generator, keyword arguments, where each came from)`` of a generated workload.
 
     Layers, lowest first: the ``[workload]`` table of ``--config``, then the flags (the
-    ``seed`` preset's values lie below both; see ``runner._generator_call``). The
+    ``seed`` preset's values lie below both; see ``app.replay._generator_call``). The
     generator is ``--generator``, else the table's, else ``gsp`` when only ``--gsp-*``
     options are given, else ``agentic``.
     """
     gsp_given = _given_params(ctx, GSP_PARAMS)
     agentic_given = _given_params(ctx, AGENTIC_PARAMS)
-    config_path: str | None = params.get("config_path")
     try:
-        table = read_workload_table(config_path) if config_path is not None else None
+        table = (
+            workload_table(config_file.document, config_file.path)
+            if config_file is not None
+            else None
+        )
     except WorkloadTableError as exc:
         raise InputError(str(exc)) from None
     generator: str | None = params["generator"] or (table.generator if table else None)
@@ -453,7 +457,11 @@ def _generator_args(
     return generator, merge_agentic_args(file_args, flag_args), labels
 
 
-def _workload_spec(ctx: click.Context, params: dict[str, Any]) -> WorkloadSpec:
+def _workload_spec(
+    ctx: click.Context, params: dict[str, Any], config_file: ConfigFile | None
+) -> WorkloadSpec:
+    """The workload options as a spec; ``config_file``'s ``[workload]`` table (if any)
+    lies below the generator flags."""
     trace = params["trace"]
     generator = "agentic"
     generator_args: dict[str, Any] = {}
@@ -468,7 +476,7 @@ def _workload_spec(ctx: click.Context, params: dict[str, Any]) -> WorkloadSpec:
     else:
         if _given(ctx, "fmt"):
             raise InputError("--format needs --trace")
-        generator, generator_args, labels = _generator_args(ctx, params)
+        generator, generator_args, labels = _generator_args(ctx, params, config_file)
     if params["skip_bad_rows"] and trace is None:
         raise InputError("--skip-bad-rows needs --trace")
     replay = make_replay_options(
@@ -690,12 +698,13 @@ partial and exits with status 130.
 @click.pass_context
 def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     try:
-        cfg, ignored = build_config(params["config_path"], ctx.args)
+        resolved = build_config(params["config_path"], ctx.args)
     except ConfigError as exc:
         raise ConfigError(_unknown_flag_message(exc, ctx.command)) from None
-    if ignored:
-        echo_err(f"ignored SGLang flags: {' '.join(dict.fromkeys(ignored))}")
-    spec = _workload_spec(ctx, params)
+    cfg = resolved.config
+    if resolved.ignored:
+        echo_err(f"ignored SGLang flags: {' '.join(dict.fromkeys(resolved.ignored))}")
+    spec = _workload_spec(ctx, params, resolved.file)
     quiet: bool = params["quiet"]
 
     out: str | None = params["out"]
@@ -708,7 +717,7 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             raise InputError(f"--out {out}: cannot create folder: {_os_reason(exc)}") from None
     name: str = params["name"] or (Path(out).resolve().name if out else "replay")
 
-    workload = load_requests(spec, cfg)
+    workload = load_requests(spec, page_size=cfg.resolved_page_size, seed=cfg.seed)
     if workload.skipped_rows:
         line, reason = workload.skipped_rows[0]
         echo_err(
@@ -732,7 +741,7 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
 
     try:
         result = run_replay(
-            cfg,
+            cfg.sim_settings(),
             workload.requests,
             progress=not quiet and sys.stderr.isatty(),
             on_start=announce,
@@ -740,13 +749,12 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     except (ConfigError, SimConfigError) as exc:
         # A deployment the simulator cannot build: name the --config file when the
         # setting at fault comes from it.
-        flags = parse_flags(list(ctx.args)).values
-        raise type(exc)(blame_config_file(str(exc), params["config_path"], flags)) from None
-    doc = summary_document(result, name=name, config=cfg, workload=workload.info)
+        raise type(exc)(resolved.blame(str(exc))) from None
+    doc = summary_document(result, name=name, config=describe(cfg), workload=workload.info)
     wall = result.summary.get("wall_time_s")
     if out is not None:
         try:
-            write_run(result, out, name=name, config=cfg, workload=workload.info)
+            write_run(result, out, doc)
         except OSError as exc:
             raise InputError(f"--out {out}: cannot write results: {_os_reason(exc)}") from None
         if not quiet:
@@ -866,19 +874,19 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
     config_path: str | None = params["config_path"]
     shared_flags = list(ctx.args)
     try:
-        ignored = check_shared_settings(config_path, shared_flags)
+        shared_file, ignored = check_shared_settings(config_path, shared_flags)
     except ConfigError as exc:
         raise ConfigError(_unknown_flag_message(exc, ctx.command)) from None
     if ignored:
         echo_err(f"ignored SGLang flags: {' '.join(dict.fromkeys(ignored))}")
-    spec = _workload_spec(ctx, params)
+    spec = _workload_spec(ctx, params, shared_file)
     out: str | None = params["out"]
     if params["write_html"] and out is None:
         raise InputError("--report needs --out DIR (the report is written to DIR/report.html)")
     quiet: bool = params["quiet"]
 
     variants = collect_variants(params["variants_file"], params["variant_options"])
-    prepared = prepare_variants(variants, config_path, shared_flags)
+    prepared = prepare_variants(variants, shared_file, shared_flags)
     for pv in prepared:
         if pv.ignored:
             echo_err(
@@ -892,7 +900,8 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
         except OSError as exc:
             raise InputError(f"--out {out}: cannot create folder: {_os_reason(exc)}") from None
 
-    workload = load_requests(spec, prepared[0].config)
+    baseline = prepared[0].config
+    workload = load_requests(spec, page_size=baseline.resolved_page_size, seed=baseline.seed)
     if workload.skipped_rows:
         line, reason = workload.skipped_rows[0]
         echo_err(
@@ -994,13 +1003,14 @@ Example: the seed system's traffic mix at 0.3 sessions/s
 """
 
 
-def _generate_seed(config_path: str | None, seed: int | None) -> int:
-    """``--seed``, else the seed of the ``--config`` file, else the Config default."""
+def _generate_seed(config_path: str | None, seed: int | None) -> tuple[int, ConfigFile | None]:
+    """``--seed``, else the seed of the ``--config`` file, else the Config default; and
+    the config file as read."""
     try:
-        cfg, _ = build_config(config_path, [] if seed is None else ["--seed", str(seed)])
+        resolved = build_config(config_path, [] if seed is None else ["--seed", str(seed)])
     except ConfigError as exc:
         raise InputError(str(exc)) from None
-    return cfg.seed
+    return resolved.config.seed, resolved.file
 
 
 def generator_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -1026,8 +1036,8 @@ def generator_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("-q", "--quiet", is_flag=True, help="No note on stderr.")
 @click.pass_context
 def generate_cmd(ctx: click.Context, /, **params: Any) -> None:
-    seed = _generate_seed(params["config_path"], params["seed"])
-    generator, args, labels = _generator_args(ctx, params)
+    seed, config_file = _generate_seed(params["config_path"], params["seed"])
+    generator, args, labels = _generator_args(ctx, params, config_file)
     spec = WorkloadSpec(
         block_size=params["block_size"],
         generator=generator,
