@@ -668,8 +668,7 @@ def test_parse_flags_ignored() -> None:
         "30000",
         "--disable-cuda-graph",
         "--dp",
-        "8",
-        "--enable-dp-attention",
+        "1",
         "--speculative-algorithm",
         "EAGLE",
         "--mem-fraction-static",
@@ -678,15 +677,13 @@ def test_parse_flags_ignored() -> None:
         "131072",
     ]
     parsed = parse_flags(argv)
-    assert parsed.values == {"mem_fraction_static": 0.85}
+    assert parsed.values == {"mem_fraction_static": 0.85, "model_path": "zai-org/GLM-5-FP8"}
     assert parsed.ignored == [
-        "--model-path",
         "--trust-remote-code",
         "--host",
         "--port",
         "--disable-cuda-graph",
         "--dp",
-        "--enable-dp-attention",
         "--speculative-algorithm",
         "--context-length",
     ]

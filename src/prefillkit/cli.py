@@ -51,6 +51,7 @@ from prefillkit.app.compare import (
     write_compare,
     write_dir_report,
 )
+from prefillkit.app.launch import PRESETS, build_config, header_lines, knob_defaults
 from prefillkit.app.replay import (
     GENERATORS,
     InputError,
@@ -63,21 +64,20 @@ from prefillkit.app.replay import (
     write_trace_jsonl,
 )
 from prefillkit.app.settings import (
-    DEFAULT_DEPLOYMENT,
     GROUPS,
     Config,
     ConfigError,
     ConfigFile,
-    build_config,
     describe,
     field_flag,
     knob_table,
+    suggest_flag,
 )
 from prefillkit.report.compare import comparison_table
 from prefillkit.sim.engine import Engine, SimConfigError
 from prefillkit.sim.output import json_ready, summary_document, write_run
 from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s
-from prefillkit.text import one_line, suggest
+from prefillkit.text import one_line
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.generators import (
     SEED_AGENTIC,
@@ -188,9 +188,15 @@ SGLANG_NOTES: list[tuple[str, str]] = [
     ("--disaggregation-mode prefill", "Same as --mode pd-prefill ('null' leaves --mode alone)."),
     ("--disable-priority-preemption", "Same as --enable-priority-preemption=false."),
     (
-        "--model-path, --host, --port, ...",
-        "Other SGLang launch flags are accepted and ignored (listed on stderr), so a "
-        "pasted launch command works.",
+        "--host, --port, --trust-remote-code, ...",
+        "SGLang launch flags that do not affect admission are accepted and ignored "
+        "(listed on stderr), so a pasted launch command works.",
+    ),
+    (
+        "--enable-dp-attention, --dp N, ...",
+        "Flags that change admission but are not modelled (DP attention, --disable-radix-"
+        "cache, --enable-mixed-chunk, --hicache-storage-backend, --pp-size, "
+        "--max-queued-requests) are refused with one line saying why.",
     ),
 ]
 
@@ -210,7 +216,7 @@ def config_flags_epilog(
 class ConfigFlagsCommand(click.Command):
     """A command that takes every Config field as a flag (parsed by ``parse_flags``).
 
-    Unknown options are left in ``ctx.args`` for :func:`prefillkit.app.settings.build_config`;
+    Unknown options are left in ``ctx.args`` for :func:`prefillkit.app.launch.build_config`;
     the help lists every config flag, grouped, after the command's own options.
     ``config_defaults`` are shown as the defaults of the fields they set.
     """
@@ -397,12 +403,9 @@ def _unknown_flag_message(exc: ConfigError, command: click.Command) -> str:
     m = re.match(r"unknown flag '([^']+)'(?: \(did you mean '([^']+)'\?\))?$", text)
     if m is None:
         return text
-    flag, config_guess = m.group(1), m.group(2)
-    candidates = [o for p in command.params for o in p.opts if o.startswith("--")]
-    candidates += [field_flag(f.name) for f in dataclasses.fields(Config)]
-    if config_guess:
-        candidates.append(config_guess)
-    hint = suggest(flag, candidates)
+    flag = m.group(1)
+    own = [o for p in command.params for o in p.opts if o.startswith("--")]
+    hint = suggest_flag(flag, own)
     return f"unknown flag '{flag}'{hint}; see 'prefillkit {command.name} --help'"
 
 
@@ -638,18 +641,20 @@ def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-REPLAY_HELP = f"""Replay a trace (or a built-in workload) through the scheduler simulator.
+REPLAY_HELP = """Replay a trace (or a built-in workload) through the scheduler simulator.
 
 With no arguments, replays the built-in agentic multi-turn workload (multi_turn_agentic,
-seeded by --seed) on the default deployment, GLM-5 on 8xH200:
+seeded by --seed) on the demo deployment (--preset demo: GLM-5 on 8xH200, TP 8, CP 8
+shared-KV, HiCache, pd-prefill), and says so.
 
-\b
-  --tp-size {DEFAULT_DEPLOYMENT["tp_size"]} --cp-size {DEFAULT_DEPLOYMENT["cp_size"]} \
---enable-cp-shared-kv --enable-hierarchical-cache
-
-Values you give (flags or --config) override these defaults; defaults that would
-contradict them are dropped (for example --tp-size 4 also drops --cp-size 8 and shared
-KV).
+As soon as a deployment flag (model, GPUs, TP/CP/EP, HiCache, memory; or a pasted SGLang
+launch flag such as --trust-remote-code) is given, whatever the line does not say takes
+SGLang 0.5.23's default (TP 1, CP 1, HiCache off, colocated unless
+--disaggregation-mode prefill, ...); the model comes from --model-path (a preset's
+Hugging Face id, or a local config.json) or --model-config. --preset NAME (demo, seed)
+puts a named deployment under the line instead; its values the line contradicts are
+dropped (--tp 4 drops the demo's CP 8). The header lists every deployment setting with
+where it came from; `prefillkit knobs` lists the defaults of each base.
 
 Every config flag listed below can be given, spelled as SGLang spells it, so an SGLang
 launch command can be pasted. Ctrl-C stops the replay, writes the results so far marked
@@ -660,7 +665,6 @@ partial and exits with status 130.
 @cli.command(
     "replay",
     cls=ConfigFlagsCommand,
-    config_defaults=DEFAULT_DEPLOYMENT,
     help=REPLAY_HELP,
     context_settings=CONTEXT_SETTINGS,
 )
@@ -670,6 +674,12 @@ partial and exits with status 130.
     "config_path",
     metavar="FILE.toml",
     help="TOML settings (top level or [prefillkit]); flags override it.",
+)
+@click.option(
+    "--preset",
+    type=click.Choice(tuple(PRESETS)),
+    help="A named deployment under the launch flags [default: demo without launch flags, "
+    "else SGLang's defaults].",
 )
 @click.option(
     "--window-s",
@@ -698,7 +708,7 @@ partial and exits with status 130.
 @click.pass_context
 def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     try:
-        resolved = build_config(params["config_path"], ctx.args)
+        resolved = build_config(params["config_path"], ctx.args, preset=params["preset"])
     except ConfigError as exc:
         raise ConfigError(_unknown_flag_message(exc, ctx.command)) from None
     cfg = resolved.config
@@ -734,6 +744,8 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     def announce(engine: Engine) -> None:
         engine.window_s = window_s
         if not quiet:
+            for text in header_lines(resolved):
+                echo_err(text)
             echo_err(
                 f"replaying {len(workload.requests):,} requests from "
                 f"{workload.info['source']} (Ctrl-C stops and keeps partial results)"
@@ -777,7 +789,7 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
         ctx.exit(EXIT_INTERRUPTED)
 
 
-COMPARE_HELP = f"""Replay one workload under several named config variants and compare them.
+COMPARE_HELP = """Replay one workload under several named config variants and compare them.
 
 Every variant replays the same requests (chosen with the workload options, as for
 replay) in its own worker process; the first variant is the baseline. Prints one table:
@@ -797,10 +809,9 @@ Variants (at least one; a name is also the variant's folder name):
 
 The config flags given to compare itself and its --config file are shared by every
 variant; a variant's own file, settings and flags override them (in that order).
-Variants of --variants-file come first, then the --variant options in order. The default
-deployment is replay's (--tp-size {DEFAULT_DEPLOYMENT["tp_size"]} --cp-size \
-{DEFAULT_DEPLOYMENT["cp_size"]} --enable-cp-shared-kv --enable-hierarchical-cache); a
-generated workload uses the baseline's --seed.
+Variants of --variants-file come first, then the --variant options in order. The base
+deployment is chosen as for replay, from the shared flags and file only (none: the demo
+preset; --preset NAME names one); a generated workload uses the baseline's --seed.
 
 \b
 Example (the shared --chunked-prefill-size applies to both variants):
@@ -818,11 +829,16 @@ workers and exits with status 130.
 @cli.command(
     "compare",
     cls=ConfigFlagsCommand,
-    config_defaults=DEFAULT_DEPLOYMENT,
     help=COMPARE_HELP,
     context_settings=CONTEXT_SETTINGS,
 )
 @workload_options
+@click.option(
+    "--preset",
+    type=click.Choice(tuple(PRESETS)),
+    help="A named deployment under the shared flags [default: demo without shared launch "
+    "flags, else SGLang's defaults].",
+)
 @click.option(
     "--config",
     "config_path",
@@ -886,7 +902,17 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
     quiet: bool = params["quiet"]
 
     variants = collect_variants(params["variants_file"], params["variant_options"])
-    prepared = prepare_variants(variants, shared_file, shared_flags)
+    own_options = {o for p in ctx.command.params for o in p.opts if o.startswith("--")}
+    for v in variants:
+        for token in v.flags:
+            flag = token.partition("=")[0]
+            if flag in own_options:
+                raise InputError(
+                    f"variant {v.name!r}: {flag} is an option of compare itself, shared by "
+                    "every variant (a variant takes config flags only); give it outside "
+                    "--variant"
+                )
+    prepared = prepare_variants(variants, shared_file, shared_flags, preset=params["preset"])
     for pv in prepared:
         if pv.ignored:
             echo_err(
@@ -1286,29 +1312,49 @@ def calibrate_cmd(
 @cli.command("knobs", context_settings=CONTEXT_SETTINGS)
 @click.option("--markdown", is_flag=True, help="Print a Markdown table (for the README).")
 def knobs_cmd(markdown: bool) -> None:
-    """List every config knob: flag, default and meaning."""
+    """List every config knob: flag, the defaults replay uses, and meaning.
+
+    One default column per base: "launch line" (what replay uses for a setting a launch
+    line does not give: SGLang 0.5.23's default, or prefillkit's where it deviates) and
+    one per --preset (demo: what replay runs with no launch flags).
+    """
     groups = {f.name: str(f.metadata["group"]) for f in dataclasses.fields(Config)}
     flag_group = {field_flag(n): g for n, g in groups.items()}
-    rows = knob_table()
+    bases = knob_defaults()
+    names = [f.name for f in dataclasses.fields(Config)]
+    rows = [
+        (flag, [_knob_text(bases[b][name]) for b in bases], meaning)
+        for name, (flag, _, meaning) in zip(names, knob_table(), strict=True)
+    ]
     if markdown:
-        lines = ["| flag | default | meaning |", "| --- | --- | --- |"]
-        for flag, default, meaning in rows:
-            cells = (f"`{flag}`", f"`{default}`", meaning.replace("|", "\\|"))
+        head = " | ".join(bases)
+        lines = [f"| flag | {head} | meaning |", "| --- |" + " --- |" * len(bases) + " --- |"]
+        for flag, defaults, meaning in rows:
+            cells = (f"`{flag}`", *(f"`{d}`" for d in defaults), meaning.replace("|", "\\|"))
             lines.append("| " + " | ".join(cells) + " |")
         click.echo("\n".join(lines))
         return
-    table = Table(title="prefillkit knobs", header_style="bold")
+    table = Table(title="prefillkit knobs (defaults replay uses, per base)", header_style="bold")
     table.add_column("flag", no_wrap=True)
-    table.add_column("default", no_wrap=True)
+    for base in bases:
+        table.add_column(base, no_wrap=True)
     table.add_column("meaning")
     previous: str | None = None
-    for flag, default, meaning in rows:
+    for flag, defaults, meaning in rows:
         group = flag_group[flag]
         if previous is not None and group != previous:
             table.add_section()
         previous = group
-        table.add_row(flag, default, meaning)
+        table.add_row(flag, *defaults, meaning)
     make_console().print(table)
+
+
+def _knob_text(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 # --------------------------------------------------------------------------- sweep

@@ -49,12 +49,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prefillkit.app.launch import build_config
 from prefillkit.app.replay import InputError, Workload, run_replay
 from prefillkit.app.settings import (
     Config,
     ConfigError,
     ConfigFile,
-    build_config,
     describe,
     field_flag,
     parse_flags,
@@ -350,9 +350,16 @@ def check_shared_settings(
 
 
 def prepare_variants(
-    variants: Sequence[Variant], shared_config: ConfigFile | None, shared_flags: Sequence[str]
+    variants: Sequence[Variant],
+    shared_config: ConfigFile | None,
+    shared_flags: Sequence[str],
+    *,
+    preset: str | None = None,
 ) -> list[PreparedVariant]:
     """Resolve every variant's config and check its deployment can be simulated.
+
+    The base deployment (``preset``, else chosen from the shared flags and file: see
+    :func:`~prefillkit.app.launch.build_config`) is the same for every variant.
 
     Errors are ``VariantError`` lines starting ``variant 'NAME': ``.
     """
@@ -363,7 +370,9 @@ def prepare_variants(
             own = parse_flags(list(v.flags))  # the variant's own mistakes, before combining
             file_flags = _settings_flags(_toml_settings(v.config_file)) if v.config_file else []
             args = [*shared_flags, *file_flags, *_settings_flags(v.settings), *v.flags]
-            cfg = build_config(shared_config, args, allow_repeats=True).config  # layered
+            cfg = build_config(  # layered: the last setting wins
+                shared_config, args, preset=preset, base_args=shared_flags, allow_repeats=True
+            ).config
             Engine(cfg.sim_settings(), [])  # deployment checks (GPU, buffer limit, pool)
         except ValueError as exc:  # ConfigError, SimConfigError, InputError, ...
             raise VariantError(prefix + " ".join(str(exc).split())) from None

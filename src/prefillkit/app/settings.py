@@ -40,6 +40,7 @@ aliases and a list of SGLang launch flags that are accepted and ignored) and
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import tomllib
@@ -49,7 +50,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefillkit.models import MODELS, ModelSpec, get_model
+from prefillkit.models import (
+    MODELS,
+    ModelConfigError,
+    ModelSpec,
+    get_model,
+    model_from_hf_config,
+    preset_for_model_id,
+)
 from prefillkit.sched.config import (
     SCHEDULE_POLICIES,
     SCHEDULER_FIELDS,
@@ -292,6 +300,20 @@ class Config:
 
     # ----------------------------------------------------------------- deployment / simulator
     model: str = _knob("glm-5", f"Model preset: {', '.join(MODELS)}.", "deployment")
+    model_path: str | None = _knob(
+        None,
+        "SGLang's --model-path: a Hugging Face id of a preset selects it "
+        "(deepseek-ai/DeepSeek-V3 -> deepseek-v3, ...); a local config.json, or a folder "
+        "holding one, is read; any other id needs --model-config.",
+        "deployment",
+    )
+    model_config: str | None = _knob(
+        None,
+        "A Hugging Face config.json (or a folder holding one) to build the model from "
+        "(layers, heads, KV/latent dims, experts, DSA indexer, dtype); wins over --model "
+        "and --model-path's preset.",
+        "deployment",
+    )
     gpu: str = _knob("h200", "GPU preset name (validated by the simulator).", "deployment")
     mode: str = _knob(
         "pd-prefill", "pd-prefill (prefill instance of a PD pair) or colocated.", "deployment"
@@ -357,7 +379,7 @@ class Config:
 
     def _validate(self) -> None:
         check_choice("model", self.model, tuple(MODELS))
-        self.sim_settings()  # builds (validates) the scheduler config too
+        self.sim_settings()  # resolves the model and builds (validates) both configs
 
     # ----------------------------------------------------------------- the split
     def scheduler_config(self) -> SchedulerConfig:
@@ -382,8 +404,10 @@ class Config:
 
     @property
     def model_spec(self) -> ModelSpec:
-        """The model preset named by ``model``."""
-        return get_model(self.model)
+        """The model: from ``model_config`` if set, else ``model_path`` (a preset's
+        Hugging Face id, or a local config.json / folder), else the ``model`` preset.
+        Raises ``ConfigError`` naming the flag (an unknown id names both flags)."""
+        return resolve_model(self.model, self.model_path, self.model_config)
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -462,7 +486,8 @@ _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config)
 _SIM_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(SimSettings) if f.name not in ("scheduler", "model")
 )
-assert set(SCHEDULER_FIELDS) | set(_SIM_FIELDS) | {"model"} == set(_FIELD_NAMES)
+_APP_FIELDS: tuple[str, ...] = ("model", "model_path", "model_config")
+assert set(SCHEDULER_FIELDS) | set(_SIM_FIELDS) | set(_APP_FIELDS) == set(_FIELD_NAMES)
 assert not set(SCHEDULER_FIELDS) & set(_SIM_FIELDS)
 _FIELD_TYPES: dict[str, _TypeSpec] = _field_types()
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -514,6 +539,64 @@ def _check_type(name: str, value: object, prefix: str = "") -> object:
         if isinstance(value, str):
             return value
     raise _type_error(name, value, prefix)
+
+
+# --------------------------------------------------------------------- the model
+
+MODEL_CONFIG_DIR = Path(__file__).resolve().parents[1] / "model_configs"
+
+
+def _config_json(path: Path) -> Path | None:
+    """``path`` if it is a file, ``path/config.json`` if that exists, else None."""
+    if path.is_file():
+        return path
+    candidate = path / "config.json"
+    return candidate if candidate.is_file() else None
+
+
+def read_model_config(path: str | Path, flag: str, name: str | None = None) -> ModelSpec:
+    """The model of a Hugging Face ``config.json`` (a file, or a folder holding one).
+
+    ``name`` defaults to the folder's (or, for a bare file, the file's stem) name, lower
+    case. Raises ``ConfigError`` starting with ``flag`` and the path."""
+    where = Path(path)
+    file = _config_json(where)
+    if file is None:
+        raise ConfigError(f"{flag} {path}: no such file, and no folder holding a config.json")
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{flag} {file}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{flag} {file}: not a JSON config: {_one_line(str(exc))}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{flag} {file}: expected a JSON object (a Hugging Face config.json)")
+    if name is None:
+        stem = file.parent.name if file.name == "config.json" else file.stem
+        name = stem.lower() or "model"
+    try:
+        return model_from_hf_config(raw, name)
+    except ModelConfigError as exc:
+        raise ConfigError(f"{flag} {file}: {exc}") from None
+
+
+def resolve_model(model: str, model_path: str | None, model_config: str | None) -> ModelSpec:
+    """See :attr:`Config.model_spec`."""
+    if model_config is not None:
+        preset = preset_for_model_id(model_path) if model_path else None
+        return read_model_config(model_config, "--model-config", preset)
+    if model_path is not None:
+        preset = preset_for_model_id(model_path)
+        if preset is not None:
+            return get_model(preset)
+        if _config_json(Path(model_path)) is not None:
+            return read_model_config(model_path, "--model-path")
+        raise ConfigError(
+            f"--model-path {model_path}: not the Hugging Face id of a model preset and not "
+            "a local config.json or a folder holding one; give --model-config PATH (the "
+            f"model's Hugging Face config.json) or --model NAME ({', '.join(MODELS)})"
+        )
+    return get_model(model)
 
 
 # --------------------------------------------------------------------- TOML
@@ -614,8 +697,7 @@ _ALIASES: dict[str, str] = {
 }
 
 #: SGLang launch flags accepted and ignored (they do not affect admission): flag → takes value.
-_IGNORED_FLAGS: dict[str, bool] = {
-    "--model-path": True,
+IGNORED_FLAGS: dict[str, bool] = {
     "--tokenizer-path": True,
     "--host": True,
     "--port": True,
@@ -627,9 +709,6 @@ _IGNORED_FLAGS: dict[str, bool] = {
     "--log-level": True,
     "--disable-cuda-graph": False,
     "--cuda-graph-max-bs": True,
-    "--dp-size": True,
-    "--dp": True,
-    "--enable-dp-attention": False,
     "--moe-a2a-backend": True,
     "--attention-backend": True,
     "--speculative-algorithm": True,
@@ -643,13 +722,64 @@ _IGNORED_FLAGS: dict[str, bool] = {
     "--quantization": True,
 }
 
+_IGNORED_FLAGS = IGNORED_FLAGS
+
+#: SGLang launch flags that change admission but are not modelled: refused with the reason
+#: (flag → (takes a value, reason)). A data-parallel size of 1 is accepted (and ignored).
+REFUSED_FLAGS: dict[str, tuple[bool, str]] = {
+    "--enable-dp-attention": (
+        False,
+        "DP attention runs one scheduler per DP rank, and data-parallel replicas are not "
+        "modelled; leave it out to simulate one rank's scheduler",
+    ),
+    "--dp": (True, "data-parallel replicas (one scheduler each) are not modelled"),
+    "--dp-size": (True, "data-parallel replicas (one scheduler each) are not modelled"),
+    "--data-parallel-size": (True, "data-parallel replicas (one scheduler each) are not modelled"),
+    "--disable-radix-cache": (
+        False,
+        "a no-prefix-cache mode is not modelled (prefillkit always runs the radix cache)",
+    ),
+    "--enable-mixed-chunk": (
+        False,
+        "mixing decode tokens into prefill batches is not modelled",
+    ),
+    "--hicache-storage-backend": (
+        True,
+        "HiCache's storage (L3) tier is not modelled; the host (L2) tier is "
+        "(--enable-hierarchical-cache)",
+    ),
+    "--pp-size": (True, "pipeline parallelism is not modelled"),
+    "--pipeline-parallel-size": (True, "pipeline parallelism is not modelled"),
+    "--max-queued-requests": (True, "a waiting-queue length limit is not modelled"),
+}
+_DP_FLAGS: frozenset[str] = frozenset({"--dp", "--dp-size", "--data-parallel-size"})
+
 _SPECIAL_FLAGS: tuple[str, ...] = ("--disaggregation-mode", "--disable-priority-preemption")
 _TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
 _FALSE_WORDS = frozenset({"false", "0", "no", "off"})
 
 
-def _known_flags() -> list[str]:
-    return [*_FLAG_TO_FIELD, *_ALIASES, *_IGNORED_FLAGS, *_SPECIAL_FLAGS]
+def suggest_flag(flag: str, also_accepted: typing.Iterable[str] = ()) -> str:
+    """``" (did you mean '--x'?)"`` for an unknown ``flag``, or ``""``.
+
+    Only a flag that sets something is suggested (:func:`accepted_flags` plus
+    ``also_accepted``, e.g. the command's own options), and only when it is the closest
+    of every flag known, ignored and refused ones included: a misspelt
+    ``--disable-radix-cache`` is not sent to ``--enable-hierarchical-cache``.
+    """
+    accepted = [*accepted_flags(), *also_accepted]
+    hint = _suggest(flag, [*accepted, *IGNORED_FLAGS, *REFUSED_FLAGS])
+    if not hint:
+        return ""
+    best = hint.split("'")[1]
+    return hint if best in accepted else ""
+
+
+def accepted_flags() -> list[str]:
+    """The flags that set something (config fields, SGLang aliases, the special
+    spellings): the only candidates of a "did you mean" (never an ignored or refused
+    flag)."""
+    return [*_FLAG_TO_FIELD, *_ALIASES, *_SPECIAL_FLAGS]
 
 
 def _parse_bool(flag: str, text: str) -> bool:
@@ -776,7 +906,17 @@ def parse_flags(argv: list[str], *, allow_repeats: bool = False) -> ParsedFlags:
                 raise ConfigError(f"{flag}: takes no value")
             result.ignored.append(flag)
             continue
-        raise ConfigError(f"unknown flag {flag!r}{_suggest(flag, _known_flags())}")
+        if flag in REFUSED_FLAGS:
+            takes_value, reason = REFUSED_FLAGS[flag]
+            if takes_value:
+                text = take_value()
+                if flag in _DP_FLAGS and text.strip() == "1":
+                    result.ignored.append(flag)  # one replica: what is modelled
+                    continue
+            elif has_inline and _parse_bool(flag, inline) is False:
+                continue  # --flag=false: the default, nothing to refuse
+            raise ConfigError(f"{flag}: not supported: {reason}")
+        raise ConfigError(f"unknown flag {flag!r}{suggest_flag(flag)}")
     return result
 
 
@@ -800,110 +940,20 @@ def knob_table() -> list[tuple[str, str, str]]:
 
 
 def describe(cfg: Config) -> dict[str, object]:
-    """Every field with its resolved value (JSON-serialisable; ``Config(**describe(c))`` works).
+    """Every field with its resolved value (JSON-serialisable; ``Config(**describe(c))``
+    works for a preset model).
 
-    Resolved: ``page_size``, ``kv_cache_dtype`` (auto → bf16), ``kv_bytes_per_token`` (from
-    the model preset) and ``cp_symm_staging_pages`` (derived when ``cp_prefill_mix_chunked``).
+    Resolved: ``model`` (the model's name: the preset ``--model-path`` selects, or the name
+    a ``config.json`` model gets), ``page_size``, ``kv_cache_dtype`` (auto → bf16),
+    ``kv_bytes_per_token`` (from the model) and ``cp_symm_staging_pages`` (derived when
+    ``cp_prefill_mix_chunked``).
     """
     sim = cfg.sim_settings()
     out: dict[str, object] = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    out["model"] = sim.model.name
     out["page_size"] = cfg.resolved_page_size
     out["kv_cache_dtype"] = sim.resolved_kv_cache_dtype
     out["kv_bytes_per_token"] = sim.resolved_kv_bytes_per_token
     if cfg.cp_prefill_mix_chunked:
         out["cp_symm_staging_pages"] = sim.scheduler.staging_identity()[2]
     return out
-
-
-# --------------------------------------------------------------------- TOML + flags
-
-#: The deployment ``prefillkit replay`` simulates unless told otherwise: GLM-5 on 8×H200,
-#: CP 8 with shared KV, HiCache on (model/gpu are already the Config defaults).
-DEFAULT_DEPLOYMENT: dict[str, object] = {
-    "tp_size": 8,
-    "cp_size": 8,
-    "enable_cp_shared_kv": True,
-    "enable_hierarchical_cache": True,
-}
-
-
-def deployment_defaults(given: typing.Mapping[str, object]) -> dict[str, object]:
-    """The :data:`DEFAULT_DEPLOYMENT` settings that apply on top of the user's ``given``.
-
-    A setting the user gives (in the file or as a flag) always wins. The defaults that
-    would contradict the user's settings are dropped rather than turned into errors:
-    ``cp_size`` 8 only when the user's ``tp_size`` (if any) is a multiple of 8, CP shared
-    KV only with ``cp_size > 1``, HiCache only when the user's ``--hicache-ratio`` /
-    ``--hicache-size`` allow it.
-    """
-    out: dict[str, object] = {}
-    if "tp_size" not in given:
-        out["tp_size"] = DEFAULT_DEPLOYMENT["tp_size"]
-    tp = given.get("tp_size", out.get("tp_size"))
-    default_cp = DEFAULT_DEPLOYMENT["cp_size"]
-    assert isinstance(default_cp, int)
-    if "cp_size" not in given and isinstance(tp, int) and tp > 0 and tp % default_cp == 0:
-        out["cp_size"] = default_cp
-    cp = given.get("cp_size", out.get("cp_size", 1))
-    if "enable_cp_shared_kv" not in given and isinstance(cp, int) and cp > 1:
-        out["enable_cp_shared_kv"] = DEFAULT_DEPLOYMENT["enable_cp_shared_kv"]
-    if "enable_hierarchical_cache" not in given:
-        ratio = given.get("hicache_ratio", 2.0)
-        size = given.get("hicache_size", 0)
-        ratio_ok = not isinstance(ratio, (int, float)) or ratio > 1.0
-        if size != 0 or ratio_ok:
-            out["enable_hierarchical_cache"] = DEFAULT_DEPLOYMENT["enable_hierarchical_cache"]
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedSettings:
-    """What :func:`build_config` made of a config file and the command line.
-
-    ``config``: the validated settings; ``ignored``: SGLang flags accepted and ignored;
-    ``file``: the config file as read (None without one); ``flag_fields``: the field
-    names the flags set (so a later error can name its source, :meth:`blame`).
-    """
-
-    config: Config
-    ignored: tuple[str, ...] = ()
-    file: ConfigFile | None = None
-    flag_fields: frozenset[str] = frozenset()
-
-    def blame(self, message: str) -> str:
-        """``message`` prefixed with the config file's path when the setting it names came
-        from the file (see :func:`blame_config_file`)."""
-        return blame_config_file(message, self.file, self.flag_fields)
-
-
-def build_config(
-    config_file: str | Path | ConfigFile | None,
-    flag_args: typing.Sequence[str],
-    *,
-    use_deployment_defaults: bool = True,
-    allow_repeats: bool = False,
-) -> ResolvedSettings:
-    """The settings of a TOML file (a path, or a file already read) and SGLang-spelled flags.
-
-    Precedence (lowest first): ``Config`` defaults, :data:`DEFAULT_DEPLOYMENT` (see
-    :func:`deployment_defaults`; skipped with ``use_deployment_defaults=False``), the
-    TOML file, the flags. The flags are parsed and the file is read once each. Raises
-    ``ConfigError`` (one line, names the flag or key); a setting given twice in
-    ``flag_args`` is refused unless ``allow_repeats`` (layered flags, the last wins).
-    """
-    parsed = parse_flags(list(flag_args), allow_repeats=allow_repeats)
-    file = (
-        config_file
-        if config_file is None or isinstance(config_file, ConfigFile)
-        else read_config_file(config_file)
-    )
-    file_values = file.values if file is not None else {}
-    overrides: dict[str, object] = {}
-    if use_deployment_defaults:
-        given = {**file_values, **parsed.values}
-        overrides.update(
-            (k, v) for k, v in deployment_defaults(given).items() if k not in file_values
-        )
-    overrides.update(parsed.values)
-    config = Config.from_sources(file, overrides)
-    return ResolvedSettings(config, tuple(parsed.ignored), file, frozenset(parsed.values))

@@ -185,8 +185,9 @@ class SimSettings:
             raise ConfigError(
                 "--mem-fraction-static/--device-memory-gb: no memory left for KV after weights "
                 f"({mem_gb:g} GB x {self.mem_fraction_static:g} = {budget / 1e9:.2f} GB, "
-                f"weights {weights_bytes_per_gpu / 1e9:.2f} GB per GPU, "
-                f"{self.resolved_kv_bytes_per_token} KV bytes per token, page {page})"
+                f"weights {weights_bytes_per_gpu / 1e9:.2f} GB per GPU of {self.model.name} "
+                f"on {self.tp_size} GPUs, {self.resolved_kv_bytes_per_token} KV bytes per "
+                f"token, page {page}); check --model-path/--model and --tp-size"
             )
         return pages_per_lane * lanes
 
