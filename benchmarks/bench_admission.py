@@ -40,9 +40,9 @@ from rich.console import Console
 from rich.table import Table
 
 from prefillkit.cache.invariants import check_invariants
-from prefillkit.config import Config
 from prefillkit.request import Request, token_key_chain
 from prefillkit.sched import scheduler as scheduler_mod
+from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.scheduler import Scheduler
 
@@ -88,7 +88,7 @@ class Workload:
             )
 
 
-def make_config(page_size: int, scenario: str, policy: str) -> Config:
+def make_config(page_size: int, scenario: str, policy: str) -> SchedulerConfig:
     if scenario == "default":
         limits: dict[str, object] = {
             "max_prefill_tokens": 16_384,
@@ -101,18 +101,16 @@ def make_config(page_size: int, scenario: str, policy: str) -> Config:
             "chunked_prefill_size": -1,
             "max_running_requests": 100_000,
         }
-    return Config(
+    return SchedulerConfig(
         page_size=page_size,
-        max_total_tokens=POOL_TOKENS,
         schedule_policy=policy,
         lpm_fallback_queue_len=-1,
         init_new_token_ratio=0.7,
-        tp_size=1,
         **limits,  # type: ignore[arg-type]
     )
 
 
-def build_state(w: Workload, cfg: Config) -> Scheduler:
+def build_state(w: Workload, cfg: SchedulerConfig) -> Scheduler:
     """Fresh scheduler: cached contexts, 64 decoding requests, N waiting (untimed)."""
     for r in (*w.context_reqs, *w.running, *w.waiting):
         r.reset_for_requeue()
@@ -152,7 +150,7 @@ class OrderTimer:
         return out
 
 
-def bench_one(w: Workload, cfg: Config, repeats: int) -> dict[str, object]:
+def bench_one(w: Workload, cfg: SchedulerConfig, repeats: int) -> dict[str, object]:
     pass_s: list[float] = []
     order_s: list[float] = []
     warm_order_s: list[float] = []

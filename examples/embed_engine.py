@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 
-from prefillkit.config import Config
 from prefillkit.request import Request
+from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.interface import SchedulerInterface
 from prefillkit.sched.scheduler import Scheduler
 
@@ -20,7 +20,7 @@ PAGE, PAGES = 4, 96
 
 def main(n_requests: int = 40, seed: int = 0) -> None:
     rng = random.Random(seed)
-    cfg = Config(page_size=PAGE, max_prefill_tokens=64, chunked_prefill_size=32)
+    cfg = SchedulerConfig(page_size=PAGE, max_prefill_tokens=64, chunked_prefill_size=32)
     sched = Scheduler(cfg, PAGES, PAGE)
     engine: SchedulerInterface = sched  # everything below goes through the interface
     kv: list[tuple[int, ...] | None] = [None] * PAGES  # page id -> the tokens it holds

@@ -30,11 +30,11 @@ from hypothesis import strategies as st
 
 from conftest import alloc_batch, finish, make_adder, make_limits, make_req, snapshot, warm
 from prefillkit.cache import HostTier, KVPool, PrefixCache, check_invariants, lane_split
-from prefillkit.config import Config
 from prefillkit.models import get_model
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.adder import AddReqResult
 from prefillkit.sched.buffer import BufferEstimatorContext
+from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.scheduler import PrefillBatch, Scheduler
 
 GLM5 = get_model("glm-5")
@@ -81,7 +81,7 @@ MODES = ["off", "bs1", "bs_gt1", "bs_gt1_mix"]
 @st.composite
 def sched_configs(
     draw: st.DrawFn, mode: str
-) -> tuple[Config, int, int, int, BufferEstimatorContext | None]:
+) -> tuple[SchedulerConfig, int, int, int, BufferEstimatorContext | None]:
     """(config, total_pages, key_tokens, host_pages, buffer context) for one CP mode."""
     cp = 1 if mode == "off" else draw(st.sampled_from([2, 4]))
     page = draw(st.sampled_from([1, 4, 16] if cp == 1 else [4, 16]))
@@ -95,7 +95,7 @@ def sched_configs(
     }
     ctx = None
     if cp > 1:
-        kw.update(cp_size=cp, tp_size=cp, enable_cp_shared_kv=True)
+        kw.update(cp_size=cp, enable_cp_shared_kv=True)
     if mode.startswith("bs_gt1"):
         mix = mode == "bs_gt1_mix"
         maxreq = draw(st.integers(1, 5) if mix else st.one_of(st.none(), st.integers(1, 5)))
@@ -127,7 +127,7 @@ def sched_configs(
     total_pages = draw(
         st.one_of(st.integers(cp * 2, max(cp * 2, 2400 // page)), st.integers(cp * 2, cp * 24))
     )
-    return Config(**kw), total_pages, kt, host_pages, ctx
+    return SchedulerConfig(**kw), total_pages, kt, host_pages, ctx
 
 
 def check_batch(sched: Scheduler, batch: PrefillBatch, chunked_before: Request | None) -> None:
@@ -177,7 +177,7 @@ def test_scheduler_passes_respect_limits_allocate_and_never_leak(
 
 def simulate(
     specs: list[ReqSpec],
-    conf: tuple[Config, int, int, int, BufferEstimatorContext | None],
+    conf: tuple[SchedulerConfig, int, int, int, BufferEstimatorContext | None],
     decode: bool,
 ) -> None:
     """Drive the scheduler until every request finished; check every pass."""
@@ -458,7 +458,7 @@ class EquivCase:
 def run_equivalence(case: EquivCase) -> int:
     """Run the scheduler pass by pass and compare every pass with ``ref_pass``."""
     page = case.page
-    cfg = Config(
+    cfg = SchedulerConfig(
         page_size=page,
         max_prefill_tokens=case.max_prefill,
         chunked_prefill_size=case.chunk,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from prefillkit.config import Config, field_flag
+from prefillkit.app.settings import Config, field_flag
 from prefillkit.sim.metrics import BATCH_COLUMNS, REQUEST_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +37,9 @@ needs_mooncake = pytest.mark.skipif(not MOONCAKE.exists(), reason="shared traces
 def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PREFILLKIT_DEBUG", None)
+    # NOTE: the tree under test, not whatever prefillkit is installed.
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     env.update(extra)
     return env
 
@@ -107,7 +110,14 @@ def test_json_summary_parses() -> None:
 
 def test_user_values_override_deployment_defaults() -> None:
     proc = run_cli(
-        "replay", "--json", "--quiet", "--cp-size", "1", "--no-enable-hierarchical-cache"
+        "replay",
+        "--json",
+        "--quiet",
+        "--preset",
+        "demo",
+        "--cp-size",
+        "1",
+        "--no-enable-hierarchical-cache",
     )
     assert proc.returncode == 0, proc.stderr
     cfg = json.loads(proc.stdout)["config"]
@@ -215,7 +225,7 @@ def test_pasted_sglang_flags_are_accepted() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert lines == ["ignored SGLang flags: --model-path --trust-remote-code --host --port"]
+    assert lines == ["ignored SGLang flags: --trust-remote-code --host --port"]
     cfg = json.loads(proc.stdout)["config"]
     assert cfg["chunked_prefill_size"] == 16384
     assert cfg["page_size"] == 64
@@ -321,8 +331,8 @@ def test_replay_help_lists_every_config_flag() -> None:
     for option in ("--trace", "--format", "--gsp-num-groups", "--agentic-sessions", "--out"):
         assert option in text
     assert "[default: 8192]" in text  # --chunked-prefill-size
-    assert "[default: 8; Config default: 1]" in text  # --tp-size / --cp-size (replay default)
-    assert "--model-path" in text  # ignored SGLang flags are documented
+    assert "--preset [demo|seed]" in text and "demo deployment" in text
+    assert "--model-path" in text and "--model-config" in text
 
 
 def test_trace_stats_help_and_knobs() -> None:
@@ -332,7 +342,9 @@ def test_trace_stats_help_and_knobs() -> None:
         assert option in proc.stdout
     proc = run_cli("knobs", "--markdown")
     assert proc.returncode == 0
-    assert proc.stdout.startswith("| flag | default | meaning |")
+    assert proc.stdout.startswith(
+        "| flag | launch line | --preset demo | --preset seed | meaning |"
+    )
     for flag in ALL_FLAGS:
         assert f"| `{flag}` |" in proc.stdout
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from prefillkit.config import Config, field_flag
+from prefillkit.app.settings import Config, field_flag
 
 ROOT = Path(__file__).resolve().parents[1]
 MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake_fast25" / "conversation_trace.jsonl"

@@ -1,4 +1,5 @@
-"""Tests for prefillkit.config: defaults, normalisation, loading, flags, refusals, memory math."""
+"""Tests for prefillkit.app.settings and the configs it builds: defaults, normalisation,
+loading, flags, refusals, memory math."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from prefillkit.config import (
+from prefillkit.app.settings import (
     Config,
     ConfigError,
     ParsedFlags,
@@ -46,11 +47,13 @@ def test_defaults_valid() -> None:
     cfg = Config()
     assert cfg.page_size == 1
     assert cfg.chunked_prefill_size == 8192
-    assert cfg.chunking_enabled
-    assert not cfg.host_cache_enabled
+    assert cfg.scheduler_config().chunking_enabled
+    assert not cfg.enable_hierarchical_cache
     assert cfg.schedule_policy == "fcfs"
     assert cfg.model_spec is get_model("glm-5")
-    assert cfg.resolved_kv_bytes_per_token == get_model("glm-5").kv_bytes_per_token_bf16
+    assert (
+        cfg.sim_settings().resolved_kv_bytes_per_token == get_model("glm-5").kv_bytes_per_token_bf16
+    )
     assert cfg.lpm_fallback_queue_len is None  # off: LPM stays affordable on long queues
     assert isinstance(ConfigError("x"), ValueError)
 
@@ -81,7 +84,7 @@ def test_normalisations() -> None:
         mem_fraction_static=1,
     )
     assert cfg.chunked_prefill_size is None
-    assert not cfg.chunking_enabled
+    assert not cfg.scheduler_config().chunking_enabled
     assert cfg.lpm_fallback_queue_len is None
     assert cfg.model == "glm-5"
     assert cfg.kv_cache_dtype == "bf16"
@@ -91,11 +94,14 @@ def test_normalisations() -> None:
 
 def test_kv_bytes_override_and_dtype() -> None:
     spec = get_model("glm-5")
-    assert Config(kv_cache_dtype="fp8_e4m3").resolved_kv_bytes_per_token == (
+    assert Config(kv_cache_dtype="fp8_e4m3").sim_settings().resolved_kv_bytes_per_token == (
         spec.kv_bytes_per_token_fp8
     )
-    assert Config(kv_cache_dtype="auto").resolved_kv_bytes_per_token == spec.kv_bytes_per_token_bf16
-    assert Config(kv_bytes_per_token=1234).resolved_kv_bytes_per_token == 1234
+    assert (
+        Config(kv_cache_dtype="auto").sim_settings().resolved_kv_bytes_per_token
+        == spec.kv_bytes_per_token_bf16
+    )
+    assert Config(kv_bytes_per_token=1234).sim_settings().resolved_kv_bytes_per_token == 1234
 
 
 def test_replace_revalidates() -> None:
@@ -341,21 +347,21 @@ def test_staging_identity_derived() -> None:
     )
     assert cfg.page_size == 64
     assert cfg.cp_symm_staging_pages is None
-    assert cfg.staging_identity() == (128, 4, 132)
+    assert cfg.scheduler_config().staging_identity() == (128, 4, 132)
     assert describe(cfg)["cp_symm_staging_pages"] == 132
 
 
 def test_staging_identity_uses_min_of_caps() -> None:
     base = {**CP_BS_GT1, "cp_prefill_mix_chunked": True, "cp_shared_kv_prefill_max_requests": 8}
     smaller_extend = Config(**base, cp_shared_kv_prefill_max_total_extend_tokens=4096)
-    assert smaller_extend.cp_extend_cap == 4096
-    assert smaller_extend.staging_identity() == (64, 8, 72)
+    assert smaller_extend.scheduler_config().cp_extend_cap == 4096
+    assert smaller_extend.scheduler_config().staging_identity() == (64, 8, 72)
     larger_extend = Config(**base, cp_shared_kv_prefill_max_total_extend_tokens=65536)
-    assert larger_extend.staging_identity() == (128, 8, 136)
+    assert larger_extend.scheduler_config().staging_identity() == (128, 8, 136)
     extend_only = Config(
         **base, chunked_prefill_size=-1, cp_shared_kv_prefill_max_total_extend_tokens=2048
     )
-    assert extend_only.staging_identity() == (32, 8, 40)
+    assert extend_only.scheduler_config().staging_identity() == (32, 8, 40)
 
 
 def test_staging_identity_given_value_accepted() -> None:
@@ -365,11 +371,13 @@ def test_staging_identity_given_value_accepted() -> None:
         cp_shared_kv_prefill_max_requests=4,
         cp_symm_staging_pages=132,
     )
-    cap, slack, staging = cfg.staging_identity()
+    cap, slack, staging = cfg.scheduler_config().staging_identity()
     assert cap + slack == staging == 132
     # Changing the chunk size re-derives when the staging size was not given.
     derived = Config(**CP_BS_GT1, cp_prefill_mix_chunked=True, cp_shared_kv_prefill_max_requests=4)
-    assert dataclasses.replace(derived, chunked_prefill_size=4096).staging_identity() == (
+    assert dataclasses.replace(
+        derived, chunked_prefill_size=4096
+    ).scheduler_config().staging_identity() == (
         68 - 4,
         4,
         68,
@@ -378,7 +386,7 @@ def test_staging_identity_given_value_accepted() -> None:
 
 def test_staging_identity_off_is_not_enforced() -> None:
     cfg = Config(**CP_BS_GT1, cp_symm_staging_pages=7)
-    assert cfg.staging_identity() == (128, 0, 7)
+    assert cfg.scheduler_config().staging_identity() == (128, 0, 7)
 
 
 # --------------------------------------------------------------------- memory math
@@ -396,9 +404,15 @@ def test_total_pages_glm5_bf16_vs_fp8() -> None:
     fp8 = Config(tp_size=8, kv_cache_dtype="fp8_e4m3")
     spec = get_model("glm-5")
     kv_bytes = H200_GB * 1e9 * 0.88 - weights
-    assert bf16.total_pages(weights, H200_GB) == int(kv_bytes // spec.kv_bytes_per_token_bf16)
-    assert fp8.total_pages(weights, H200_GB) == int(kv_bytes // spec.kv_bytes_per_token_fp8)
-    assert fp8.total_pages(weights, H200_GB) > bf16.total_pages(weights, H200_GB)
+    assert bf16.sim_settings().total_pages(weights, H200_GB) == int(
+        kv_bytes // spec.kv_bytes_per_token_bf16
+    )
+    assert fp8.sim_settings().total_pages(weights, H200_GB) == int(
+        kv_bytes // spec.kv_bytes_per_token_fp8
+    )
+    assert fp8.sim_settings().total_pages(weights, H200_GB) > bf16.sim_settings().total_pages(
+        weights, H200_GB
+    )
 
 
 def test_total_pages_cp_shared_kv_multiplies_by_cp_size() -> None:
@@ -406,10 +420,10 @@ def test_total_pages_cp_shared_kv_multiplies_by_cp_size() -> None:
     plain_cp = Config(tp_size=8, cp_size=8)
     shared = Config(tp_size=8, cp_size=8, enable_cp_shared_kv=True)
     assert plain_cp.page_size == shared.page_size == 64
-    per_lane = plain_cp.total_pages(weights, H200_GB)
+    per_lane = plain_cp.sim_settings().total_pages(weights, H200_GB)
     assert per_lane > 0
-    assert shared.total_pages(weights, H200_GB) == per_lane * 8
-    assert shared.total_pages(weights, H200_GB) % 8 == 0
+    assert shared.sim_settings().total_pages(weights, H200_GB) == per_lane * 8
+    assert shared.sim_settings().total_pages(weights, H200_GB) % 8 == 0
     expected_tokens = int((H200_GB * 1e9 * 0.88 - weights) // 100152)
     assert per_lane == expected_tokens // 64
 
@@ -417,38 +431,43 @@ def test_total_pages_cp_shared_kv_multiplies_by_cp_size() -> None:
 def test_total_pages_uses_field_device_memory() -> None:
     weights = _glm5_weights_per_gpu(8)
     cfg = Config(tp_size=8, device_memory_gb=H200_GB)
-    assert cfg.total_pages(weights) == Config(tp_size=8).total_pages(weights, H200_GB)
+    assert cfg.sim_settings().total_pages(weights) == Config(tp_size=8).sim_settings().total_pages(
+        weights, H200_GB
+    )
     with pytest.raises(ConfigError, match="--device-memory-gb"):
-        Config().total_pages(weights)
+        Config().sim_settings().total_pages(weights)
 
 
 def test_total_pages_max_total_tokens() -> None:
     cfg = Config(page_size=64, max_total_tokens=1_000_000)
-    assert cfg.total_pages(1e12, 1.0) == 1_000_000 // 64
+    assert cfg.sim_settings().total_pages(1e12, 1.0) == 1_000_000 // 64
     shared = Config(**CP_BS_GT1, max_total_tokens=64 * 7)
     with pytest.raises(ConfigError, match="--max-total-tokens"):
-        shared.total_pages(0, H200_GB)
+        shared.sim_settings().total_pages(0, H200_GB)
 
 
 def test_total_pages_no_memory_left() -> None:
     cfg = Config(tp_size=1)  # 744 GB of weights on one GPU
     with pytest.raises(ConfigError) as info:
-        cfg.total_pages(_glm5_weights_per_gpu(1), H200_GB)
+        cfg.sim_settings().total_pages(_glm5_weights_per_gpu(1), H200_GB)
     message = str(info.value)
     assert message.startswith("--mem-fraction-static/--device-memory-gb: no memory left for KV")
     assert "\n" not in message
 
 
 def test_host_pages() -> None:
-    assert Config().host_pages(1000) == 0
-    assert Config(enable_hierarchical_cache=True).host_pages(1000) == 2000
-    assert Config(enable_hierarchical_cache=True, hicache_ratio=3.5).host_pages(1000) == 3500
+    assert Config().sim_settings().host_pages(1000) == 0
+    assert Config(enable_hierarchical_cache=True).sim_settings().host_pages(1000) == 2000
+    assert (
+        Config(enable_hierarchical_cache=True, hicache_ratio=3.5).sim_settings().host_pages(1000)
+        == 3500
+    )
     sized = Config(enable_hierarchical_cache=True, hicache_size=100, kv_bytes_per_token=1000)
-    assert sized.host_pages(1) == 100_000_000
+    assert sized.sim_settings().host_pages(1) == 100_000_000
     shared = Config(
         **CP_BS_GT1, enable_hierarchical_cache=True, hicache_size=100, kv_bytes_per_token=1000
     )
-    assert shared.host_pages(1) == (100_000_000 // 64) * 8
+    assert shared.sim_settings().host_pages(1) == (100_000_000 // 64) * 8
 
 
 # --------------------------------------------------------------------- TOML
@@ -649,8 +668,7 @@ def test_parse_flags_ignored() -> None:
         "30000",
         "--disable-cuda-graph",
         "--dp",
-        "8",
-        "--enable-dp-attention",
+        "1",
         "--speculative-algorithm",
         "EAGLE",
         "--mem-fraction-static",
@@ -659,15 +677,13 @@ def test_parse_flags_ignored() -> None:
         "131072",
     ]
     parsed = parse_flags(argv)
-    assert parsed.values == {"mem_fraction_static": 0.85}
+    assert parsed.values == {"mem_fraction_static": 0.85, "model_path": "zai-org/GLM-5-FP8"}
     assert parsed.ignored == [
-        "--model-path",
         "--trust-remote-code",
         "--host",
         "--port",
         "--disable-cuda-graph",
         "--dp",
-        "--enable-dp-attention",
         "--speculative-algorithm",
         "--context-length",
     ]

@@ -1,7 +1,22 @@
-"""The scheduler core is embeddable: it loads no simulator, CLI or heavy dependency."""
+"""The layers import one way, and the scheduler core is embeddable.
+
+Layers, lowest first (README "Layout"); a module may import its own layer and the
+layers below it, never one above:
+
+1. core: ``request``, ``models``, ``text``, ``cache/``, ``sched/`` (standard library and
+   xxhash only);
+2. ``sim/`` (the simulator), ``workloads/`` (trace readers, generators) and ``exec/`` (the
+   optional executor): each on the core only, not on one another;
+3. ``report/``: run directories read back, comparisons, plots (on ``sim/``);
+4. ``app/``: the user-facing settings (TOML + SGLang flags), replay and compare;
+5. ``cli``: the click commands.
+
+Every import counts, including one inside a function.
+"""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -9,11 +24,32 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "prefillkit"
 
+#: The subprocesses import this checkout's package, not an installed one.
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(SRC.parent), os.environ.get("PYTHONPATH", "")]),
+}
+
+CORE_TOP = ("request", "models", "text")
+CORE_PACKAGES = ("cache", "sched")
+
+#: Layer of each top-level part of the package (a module or a subpackage).
+LAYERS: dict[str, int] = {
+    **{name: 1 for name in (*CORE_TOP, *CORE_PACKAGES)},
+    "sim": 2,
+    "workloads": 2,
+    "exec": 2,
+    "report": 3,
+    "app": 4,
+    "cli": 5,
+    "__main__": 5,
+}
+
 
 def _core_modules() -> tuple[str, ...]:
-    """Every module of the core (cache/, sched/, request.py) and the leaf modules it uses."""
-    names = ["prefillkit.config", "prefillkit.models", "prefillkit.request", "prefillkit.text"]
-    for package in ("cache", "sched"):
+    """Every module of the core (cache/, sched/, request.py and the leaf modules)."""
+    names = [f"prefillkit.{m}" for m in CORE_TOP]
+    for package in CORE_PACKAGES:
         for path in sorted((SRC / package).glob("*.py")):
             stem = path.stem
             names.append(f"prefillkit.{package}" + ("" if stem == "__init__" else f".{stem}"))
@@ -26,17 +62,79 @@ FORBIDDEN = (
     "click",
     "rich",
     "matplotlib",
+    "torch",
     "prefillkit.sim",
     "prefillkit.cli",
     "prefillkit.workloads",
     "prefillkit.report",
-    "prefillkit.runner",
+    "prefillkit.app",
+    "prefillkit.exec",
 )
+
+
+def _part(module: str) -> str | None:
+    """The top-level part of ``prefillkit.X.Y`` (``X``), None for other packages."""
+    bits = module.split(".")
+    if bits[0] != "prefillkit":
+        return None
+    return bits[1] if len(bits) > 1 else ""
+
+
+def _imports(path: Path) -> set[str]:
+    """Every ``prefillkit...`` module ``path`` imports, at any depth."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return {m for m in out if m.startswith("prefillkit")}
+
+
+def _violations() -> list[str]:
+    bad: list[str] = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC)
+        own = rel.parts[0].removesuffix(".py")
+        if own == "__init__":
+            continue
+        layer = LAYERS[own]
+        for module in sorted(_imports(path)):
+            part = _part(module)
+            if not part or part == own or part not in LAYERS:
+                continue
+            other = LAYERS[part]
+            if other > layer or (other == layer == 2):  # sim, workloads, exec: siblings
+                bad.append(f"{rel} (layer {layer}) imports {module} (layer {other})")
+    return bad
+
+
+def test_every_part_of_the_package_has_a_layer() -> None:
+    parts = {
+        p.name.removesuffix(".py")
+        for p in SRC.iterdir()
+        if not p.name.startswith("_") and (p.suffix == ".py" or (p / "__init__.py").exists())
+    }
+    assert parts <= set(LAYERS), parts - set(LAYERS)
+
+
+def test_layers_import_downwards_only() -> None:
+    assert _violations() == []
+
+
+def test_the_layer_check_sees_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "x.py"
+    bad.write_text("def f():\n    from prefillkit.app.settings import Config\n")
+    assert "prefillkit.app.settings" in _imports(bad)
+    assert LAYERS["app"] > LAYERS["sim"]
 
 
 def test_core_list_covers_every_core_module() -> None:
     assert {
         "prefillkit.sched.scheduler",
+        "prefillkit.sched.config",
         "prefillkit.sched.cp_split",
         "prefillkit.cache.pool",
     } <= set(CORE)
@@ -50,9 +148,21 @@ def test_core_imports_only_stdlib_and_xxhash() -> None:
         + f" or any(m == f or m.startswith(f + '.') for f in {FORBIDDEN!r})]\n"
         + "print(','.join(sorted(bad)))\n"
     )
-    # NOTE: the tree under test, not whatever prefillkit is installed.
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=ENV
+    )
+    assert out.stdout.strip() == ""
+
+
+def test_simulator_loads_no_application_layer() -> None:
+    code = (
+        "import sys\n"
+        "import prefillkit.sim.engine, prefillkit.sim.output, prefillkit.sim.validation\n"
+        "import prefillkit.sim.settings, prefillkit.sim.fit\n"
+        "print(','.join(sorted(m for m in sys.modules if m.startswith(('prefillkit.app', "
+        "'prefillkit.cli', 'prefillkit.report', 'prefillkit.workloads', 'click')))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=ENV
     )
     assert out.stdout.strip() == ""

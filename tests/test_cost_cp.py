@@ -30,10 +30,12 @@ from prefillkit.sim.cost import (
 from prefillkit.sim.gpus import get_gpu
 from prefillkit.sim.validation import (
     PUBLISHED,
+    SEED_DEPLOYMENT,
     TOLERANCE,
     modelled_throughput,
     seed_cost_model,
     seed_scenario,
+    seed_settings,
 )
 
 GLM5 = get_model("glm-5")
@@ -221,6 +223,14 @@ def test_seed_scenario_reproduces_the_notes() -> None:
     assert s.mixed_breakdown["moe_experts"] > 4 * s.warm_breakdown["moe_experts"]
 
 
+def test_seed_settings_are_the_seed_deployment_flags() -> None:
+    # sim/ builds the seed deployment without the app layer; the flags say the same.
+    from prefillkit.app.settings import Config, parse_flags
+
+    flags = Config(**parse_flags(list(SEED_DEPLOYMENT)).values)  # type: ignore[arg-type]
+    assert seed_settings() == flags.sim_settings()
+
+
 def test_seed_cost_model_is_the_seed_deployment() -> None:
     cm = seed_cost_model()
     assert cm.gpu.name == "H20 141GB" and cm.layout.cp_size == 8 and cm.layout.ep_size == 8
@@ -266,12 +276,14 @@ def test_calibrate_command_prints_the_tables() -> None:
 
 
 def test_replay_uses_the_interconnect_override() -> None:
-    from prefillkit.config import Config
+    from prefillkit.app.settings import Config
     from prefillkit.sim.cost import cost_model_for_config
 
     cfg = Config(tp_size=8, cp_size=8, enable_cp_shared_kv=True, nvlink_bandwidth_gbps=100.0)
-    slow = cost_model_for_config(cfg, 8)
-    fast = cost_model_for_config(Config(tp_size=8, cp_size=8, enable_cp_shared_kv=True), 8)
+    slow = cost_model_for_config(cfg.sim_settings(), 8)
+    fast = cost_model_for_config(
+        Config(tp_size=8, cp_size=8, enable_cp_shared_kv=True).sim_settings(), 8
+    )
     batch = [ReqShape(65_536, 1024)]
     assert slow.breakdown(batch)["cp_kv_gather"] == pytest.approx(
         4.5 * fast.breakdown(batch)["cp_kv_gather"]

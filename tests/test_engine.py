@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from prefillkit.config import Config
+from prefillkit.app.replay import WorkloadSpec, load_requests
+from prefillkit.app.settings import Config
 from prefillkit.request import Request
 from prefillkit.sim.cost import ReqShape, default_cost_model
 from prefillkit.sim.engine import Engine, simulate
 from prefillkit.workloads.generators import multi_turn_agentic
 from prefillkit.workloads.record import to_request
-from prefillkit.workloads.replay import ReplayOptions, load_workload
+from prefillkit.workloads.replay import ReplayOptions
 
 TRACE = (
     Path(__file__).resolve().parents[1].parent
@@ -53,7 +54,7 @@ def test_hand_checked_ttfts_with_prefix_reuse() -> None:
     a = list(range(1000))
     b = list(range(500)) + list(range(5000, 5500))
     reqs = [tok_req("r1", a, 0.0), tok_req("r2", b, 0.1)]
-    res = simulate(small_cfg(), reqs, cost=LinearCost())
+    res = simulate(small_cfg().sim_settings(), reqs, cost=LinearCost())
     r1, r2 = res.requests
     # r1 alone: 0.5 + 1.0 s. r2 waits for the executor, then reuses 500 cached tokens.
     assert r1.first_token_time == pytest.approx(1.5)
@@ -66,7 +67,7 @@ def test_hand_checked_ttfts_with_prefix_reuse() -> None:
 
 def test_batched_requests_share_one_forward_and_chunking_splits() -> None:
     reqs = [tok_req(f"r{i}", list(range(i * 10_000, i * 10_000 + 3000)), 0.0) for i in range(3)]
-    res = simulate(small_cfg(chunked_prefill_size=4096), reqs, cost=LinearCost())
+    res = simulate(small_cfg(chunked_prefill_size=4096).sim_settings(), reqs, cost=LinearCost())
     # Pass 1: r0 (3000) + r1 chunk of 1096; pass 2: rest of r1 (1904) + r2 chunk 2192;
     # pass 3: rest of r2 (808).
     sizes = [(b.size, b.raw_extend_tokens) for b in res.batches]
@@ -110,16 +111,16 @@ def cp_cfg(**kw: object) -> Config:
 
 
 def test_affinity_lowers_warm_p99_on_warm_heavy_workload() -> None:
-    off = simulate(cp_cfg(), agentic_requests(64))
-    on = simulate(cp_cfg(enable_affinity=True), agentic_requests(64))
+    off = simulate(cp_cfg().sim_settings(), agentic_requests(64))
+    on = simulate(cp_cfg(enable_affinity=True).sim_settings(), agentic_requests(64))
     assert on.summary["affinity_skips"] > 0
     assert on.summary["completed"] == off.summary["completed"] == len(off.requests)
     assert on.summary["ttft_p99_s"] < off.summary["ttft_p99_s"]
 
 
 def test_same_inputs_same_results() -> None:
-    a = simulate(cp_cfg(enable_affinity=True), agentic_requests(64, seed=3))
-    b = simulate(cp_cfg(enable_affinity=True), agentic_requests(64, seed=3))
+    a = simulate(cp_cfg(enable_affinity=True).sim_settings(), agentic_requests(64, seed=3))
+    b = simulate(cp_cfg(enable_affinity=True).sim_settings(), agentic_requests(64, seed=3))
     strip = ("wall_time_s",)
     sa = {k: v for k, v in a.summary.items() if k not in strip}
     sb = {k: v for k, v in b.summary.items() if k not in strip}
@@ -139,8 +140,11 @@ def test_invariants_hold_every_step_of_mooncake_replay(mode: str, n: int) -> Non
         enable_affinity=True,
         max_total_tokens=400_000,  # a tight pool: evictions, host hits, load-backs
     )
-    w = load_workload(TRACE, "mooncake", ReplayOptions(max_requests=n), page_size=64)
-    engine = Engine(cfg, w.requests)
+    w = load_requests(
+        WorkloadSpec(trace=str(TRACE), fmt="mooncake", replay=ReplayOptions(max_requests=n)),
+        page_size=64,
+    )
+    engine = Engine(cfg.sim_settings(), w.requests)
     res = engine.run()  # check_invariants after every step (debug flag)
     assert res.summary["completed"] + res.summary["rejected"] == n
     assert res.summary["stuck"] == 0

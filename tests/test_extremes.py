@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from prefillkit.config import Config
+from prefillkit.app.settings import Config
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.cost import ReqShape
 from prefillkit.sim.engine import Engine, SimResult
@@ -66,7 +66,7 @@ def same(rid: str, input_len: int, kt: int, *, t: float = 0.0, out: int = 16) ->
 
 
 def run(config: Config, reqs: list[Request], *, check: bool = True) -> tuple[Engine, SimResult]:
-    engine = Engine(config, reqs, cost=LinearCost())
+    engine = Engine(config.sim_settings(), reqs, cost=LinearCost())
     result = engine.run()
     if check:
         assert_clean(engine, result)

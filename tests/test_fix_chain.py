@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from prefillkit.config import Config, parse_flags
+from prefillkit.app.settings import Config, parse_flags
 from prefillkit.sim.validation import SEED_DEPLOYMENT
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """Whole-engine property fuzzing: random valid configs x random workloads.
 
-Each example draws a :class:`~prefillkit.config.Config` (page sizes, KV pools from "the
+Each example draws a :class:`~prefillkit.app.settings.Config` (page sizes, KV pools from "the
 largest request barely fits" to roomy, or smaller than some requests; chunking on/off;
 CP sizes 1-8 with or without shared KV and the bs>1 limits, mixed chunks and the buffer
 cap; HiCache on/off with every write policy and host pools down to less than one
@@ -75,8 +75,8 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from prefillkit.app.settings import Config, describe
 from prefillkit.cli import run as cli_run
-from prefillkit.config import Config
 from prefillkit.models import MODELS
 from prefillkit.request import ReqStatus, Request, block_key_chain
 from prefillkit.sched.buffer import BufferEstimatorContext, BufferReqShape, estimate_buffer_bytes
@@ -84,7 +84,7 @@ from prefillkit.sched.scheduler import PrefillBatch, Scheduler
 from prefillkit.sim.cost import ReqShape
 from prefillkit.sim.engine import Engine, SimResult
 from prefillkit.sim.metrics import request_row
-from prefillkit.sim.output import write_run
+from prefillkit.sim.output import summary_document, write_run
 
 FUZZ_LONG = os.environ.get("PREFILLKIT_FUZZ_LONG", "") not in ("", "0")
 FUZZ_EXAMPLES = int(os.environ.get("PREFILLKIT_FUZZ_EXAMPLES", "0")) or (
@@ -529,7 +529,7 @@ def replay(
     if check_every > 1:
         cfg = Config(**{**sc.cfg_kwargs, "debug_check_invariants": False})
     reqs = sc.requests()
-    engine = Engine(cfg, reqs, cost=None if sc.real_cost else LinearCost())
+    engine = Engine(cfg.sim_settings(), reqs, cost=None if sc.real_cost else LinearCost())
     log = _instrument(engine)
     sched = engine.sched
     steps = 0
@@ -669,7 +669,7 @@ def check_caps(sc: Scenario, engine: Engine, log: list[PassLog]) -> None:
     max_buffer = cfg.cp_shared_kv_prefill_max_buffer_size
     ctx = BufferEstimatorContext(
         model=cfg.model_spec,
-        kv_cache_dtype=cfg.resolved_kv_cache_dtype,
+        kv_cache_dtype=cfg.sim_settings().resolved_kv_cache_dtype,
         cp_size=cfg.cp_size,
         page_size=page,
     )
@@ -807,7 +807,13 @@ def fingerprint(result: SimResult, cfg: Config) -> tuple[object, ...]:
     summary = {k: v for k, v in result.summary.items() if k != "wall_time_s"}
     rows = [request_row(r) for r in result.requests]
     with tempfile.TemporaryDirectory(prefix="prefillkit-fuzz-") as tmp:
-        write_run(result, tmp, name="fuzz", config=cfg, workload={"source": "fuzz"})
+        write_run(
+            result,
+            tmp,
+            summary_document(
+                result, name="fuzz", config=describe(cfg), workload={"source": "fuzz"}
+            ),
+        )
         files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir())}
     return (repr(rows), repr(result.batches), repr(summary), repr(result.deployment), files)
 
@@ -1119,9 +1125,13 @@ def test_cli_replay_matches_in_process(tf: TraceFile) -> None:
 
         cfg = Config(**tf.cfg_kwargs)
         reqs = tf.requests()
-        result = Engine(cfg, reqs).run()
+        result = Engine(cfg.sim_settings(), reqs).run()
         mine = Path(tmp) / "mine"
-        write_run(result, mine, name="cli", config=cfg, workload={"source": "fuzz"})
+        write_run(
+            result,
+            mine,
+            summary_document(result, name="cli", config=describe(cfg), workload={"source": "fuzz"}),
+        )
         for name in ("requests.csv", "batches.csv"):
             cli_text = (out / name).read_text(encoding="utf-8")
             assert cli_text == (mine / name).read_text(encoding="utf-8"), name

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from prefillkit.cache.events import BlockLoadedBack, BlockRemoved, BlockStored
-from prefillkit.config import Config
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched import interface
+from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.interface import AdmissionEvent, SchedulerInterface, StepOutput
 from prefillkit.sched.scheduler import Scheduler
 
@@ -56,8 +56,8 @@ def test_scheduler_implements_the_protocol() -> None:
         assert hasattr(Scheduler, name), name
 
 
-def make(cfg: Config | None = None, pages: int = 64, host: int = 0) -> Scheduler:
-    cfg = cfg or Config(page_size=4, max_prefill_tokens=64, chunked_prefill_size=None)
+def make(cfg: SchedulerConfig | None = None, pages: int = 64, host: int = 0) -> Scheduler:
+    cfg = cfg or SchedulerConfig(page_size=4, max_prefill_tokens=64, chunked_prefill_size=None)
     return Scheduler(cfg, pages, 4, host_pages=host)
 
 
@@ -142,7 +142,7 @@ def test_observer_changes_nothing() -> None:
 
 
 def test_kv_events() -> None:
-    cfg = Config(
+    cfg = SchedulerConfig(
         page_size=4,
         max_prefill_tokens=64,
         chunked_prefill_size=None,
@@ -197,10 +197,9 @@ def test_abort_frees_everything_wherever_the_request_is() -> None:
 
 
 def test_multi_lane_steps_name_pages_on_their_owner_lanes() -> None:
-    cfg = Config(
+    cfg = SchedulerConfig(
         page_size=4,
         cp_size=4,
-        tp_size=4,
         enable_cp_shared_kv=True,
         max_prefill_tokens=256,
         chunked_prefill_size=None,

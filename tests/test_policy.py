@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import pytest
 
+from prefillkit.app.settings import Config
 from prefillkit.cache import HostTier, KVPool, PrefixCache, check_invariants
-from prefillkit.config import Config
 from prefillkit.request import (
     IN_BATCH_HEAD,
     Request,
     in_batch_head_from_blocks,
     in_batch_head_from_tokens,
 )
+from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.policy import (
     order_dfs_weight,
     order_fcfs,
@@ -310,14 +311,14 @@ def test_lpm_fallback_through_the_scheduler_upstream_128() -> None:
             chunked_prefill_size=None,
             lpm_fallback_queue_len=128,
         )
-        s = Scheduler(cfg, 4096, PAGE)
+        s = Scheduler(cfg.scheduler_config(), 4096, PAGE)
         for i in range(n):
             assert s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i), out=4)) is None
         batch = s.get_new_batch_prefill(1000.0)
         assert batch is not None and batch.policy_used == expect
         s.check()
     cfg = Config(page_size=PAGE, schedule_policy="lpm")  # the default: never
-    s = Scheduler(cfg, 4096, PAGE)
+    s = Scheduler(cfg.scheduler_config(), 4096, PAGE)
     for i in range(300):
         s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i), out=4))
     batch = s.get_new_batch_prefill(1000.0)
@@ -467,7 +468,7 @@ def test_random_policy_is_a_seeded_deterministic_shuffle() -> None:
 
 
 def test_random_policy_runs_through_the_scheduler() -> None:
-    cfg = Config(page_size=PAGE, schedule_policy="random", chunked_prefill_size=None)
+    cfg = SchedulerConfig(page_size=PAGE, schedule_policy="random", chunked_prefill_size=None)
     s = Scheduler(cfg, 4096, PAGE)
     for i in range(20):
         assert s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i), out=4)) is None
@@ -492,7 +493,7 @@ def test_loaded_requests_carry_their_in_batch_head() -> None:
 
 
 def test_random_policy_follows_the_config_seed() -> None:
-    from prefillkit.config import Config
+    from prefillkit.app.settings import Config
     from prefillkit.sim.engine import simulate
     from prefillkit.workloads.generators import generated_shared_prefix
     from prefillkit.workloads.record import to_request
@@ -505,7 +506,7 @@ def test_random_policy_follows_the_config_seed() -> None:
         cfg = Config(
             schedule_policy="random", seed=seed, max_prefill_tokens=256, max_total_tokens=100_000
         )
-        result = simulate(cfg, [to_request(r, 1) for r in records])
+        result = simulate(cfg.sim_settings(), [to_request(r, 1) for r in records])
         return [r.rid for r in sorted(result.requests, key=lambda r: r.first_token_time or 0.0)]
 
     assert order(1) == order(1)

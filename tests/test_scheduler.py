@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from prefillkit.cache import PrefixCache, check_invariants
-from prefillkit.config import Config
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.adder import CloseReason
+from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.preempt import outranks, pick_victims
 from prefillkit.sched.scheduler import PrefillBatch, Scheduler
 
@@ -25,15 +25,14 @@ PAGE = 4
 
 
 # ---------------------------------------------------------------- helpers
-def make_cfg(**kw: object) -> Config:
+def make_cfg(**kw: object) -> SchedulerConfig:
     base: dict[str, object] = {
         "page_size": PAGE,
-        "mode": "colocated",
         "chunked_prefill_size": None,
         "max_prefill_tokens": 100_000,
     }
     base.update(kw)
-    return Config(**base)  # type: ignore[arg-type]
+    return SchedulerConfig(**base)  # type: ignore[arg-type]
 
 
 def make_sched(
@@ -1010,7 +1009,7 @@ def test_never_fitting_requests_are_rejected_with_a_reason() -> None:
 
 
 def test_release_after_prefill_frees_everything_pd_prefill() -> None:
-    s = make_sched(256, mode="pd-prefill", chunked_prefill_size=32)
+    s = make_sched(256, chunked_prefill_size=32)
     warm_cache(s.cache, W)
     reqs = [warm(f"w{i}", float(i), i + 1) for i in range(3)] + [
         cold(f"c{i}", 3.0 + i, i + 1, n=70) for i in range(3)
@@ -1146,7 +1145,7 @@ def test_arrival_rejects_only_what_can_never_pass_the_memory_test() -> None:
 
 
 def test_arrival_rejects_a_prompt_its_cp_owner_lanes_cannot_hold() -> None:
-    cfg = make_cfg(tp_size=2, cp_size=2, enable_cp_shared_kv=True)
+    cfg = make_cfg(cp_size=2, enable_cp_shared_kv=True)
     s = Scheduler(cfg, 20, PAGE, reserve_decode=False)  # 2 lanes of 10 pages
     assert s.pool.capacity == [10, 10]
     reason = s.add_request(mk("lanes", seq(1, 21 * PAGE), out=0))  # lane 0 needs 11

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prefillkit.runner import WorkloadSpec, generate_records
+from prefillkit.app.replay import WorkloadSpec, generate_records
 from prefillkit.workloads.generators import (
     SEED_AGENTIC,
     merge_agentic_args,

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prefillkit.cache.node import Node
-from prefillkit.config import Config
 from prefillkit.request import ReqStatus, Request
+from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.scheduler import PrefillBatch, Scheduler
 from prefillkit.sched.seeding import (
     seed_cached_prefix,
@@ -28,12 +28,11 @@ PAGE = 4
 def make_sched(pages: int, *, colocated: bool = True, **kw: object) -> Scheduler:
     base: dict[str, object] = {
         "page_size": PAGE,
-        "mode": "colocated" if colocated else "pd-prefill",
         "chunked_prefill_size": None,
         "max_prefill_tokens": 100_000,
     }
     base.update(kw)
-    return Scheduler(Config(**base), pages, PAGE, reserve_decode=colocated)  # type: ignore[arg-type]
+    return Scheduler(SchedulerConfig(**base), pages, PAGE, reserve_decode=colocated)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

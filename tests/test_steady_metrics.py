@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from prefillkit.config import Config
+from prefillkit.app.replay import WorkloadSpec, load_requests
+from prefillkit.app.settings import Config, describe
 from prefillkit.report.compare import compare_runs, comparison_rows
 from prefillkit.report.plots import plot_windows, window_series
 from prefillkit.report.rundir import load_run
@@ -25,7 +26,7 @@ from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.cost import ReqShape
 from prefillkit.sim.engine import Engine, SimConfigError, SimResult
 from prefillkit.sim.metrics import BATCH_COLUMNS, REQUEST_COLUMNS, BatchTrace
-from prefillkit.sim.output import write_run
+from prefillkit.sim.output import summary_document, write_run
 from prefillkit.sim.steady import (
     MAX_WINDOWS,
     busy_before,
@@ -34,7 +35,7 @@ from prefillkit.sim.steady import (
     steady_interval,
     steady_metrics,
 )
-from prefillkit.workloads.replay import ReplayOptions, load_workload
+from prefillkit.workloads.replay import ReplayOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake_fast25" / "conversation_trace.jsonl"
@@ -187,7 +188,11 @@ def test_check_window_s_caps_the_window_count() -> None:
     with pytest.raises(ValueError, match="windows; the most is"):
         check_window_s(1.0, [0.0, float(MAX_WINDOWS)])
     with pytest.raises(SimConfigError, match=r"^--window-s: "):
-        Engine(Config(tp_size=8), [_req("a", 0.0, None), _req("b", 1e9, None)], window_s=1.0)
+        Engine(
+            Config(tp_size=8).sim_settings(),
+            [_req("a", 0.0, None), _req("b", 1e9, None)],
+            window_s=1.0,
+        )
 
 
 @pytest.mark.parametrize(
@@ -229,10 +234,17 @@ def replay_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SimResul
         chunked_prefill_size=2048,
         max_total_tokens=400_000,
     )
-    w = load_workload(TRACE, "mooncake", ReplayOptions(max_requests=300), page_size=64)
-    result = Engine(cfg, w.requests, window_s=10.0).run()
+    w = load_requests(
+        WorkloadSpec(trace=str(TRACE), fmt="mooncake", replay=ReplayOptions(max_requests=300)),
+        page_size=64,
+    )
+    result = Engine(cfg.sim_settings(), w.requests, window_s=10.0).run()
     out = tmp_path_factory.mktemp("steady") / "run"
-    write_run(result, out, name="run", config=cfg, workload={"source": "test"})
+    write_run(
+        result,
+        out,
+        summary_document(result, name="run", config=describe(cfg), workload={"source": "test"}),
+    )
     return out, result, cfg
 
 
@@ -315,8 +327,10 @@ def test_custom_breakdown_terms_become_columns(tmp_path: Path) -> None:
         for i in range(5)
     ]
     cost = TermCost()
-    result = Engine(cfg, reqs, cost=cost).run()
-    write_run(result, tmp_path, name="t", config=cfg, workload={})
+    result = Engine(cfg.sim_settings(), reqs, cost=cost).run()
+    write_run(
+        result, tmp_path, summary_document(result, name="t", config=describe(cfg), workload={})
+    )
     header, batches = _rows(tmp_path / "batches.csv")
     assert header == [*BATCH_COLUMNS, "t_compute_s", "t_fixed_s"]
     assert cost.calls == len(batches) > 0  # once per batch

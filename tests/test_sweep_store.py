@@ -12,17 +12,17 @@ from sweep_support import TINY_GRID, task_log, write
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from prefillkit.app.sweep.grid import load_grid  # noqa: E402
-from prefillkit.app.sweep.store import METRIC_COLUMNS, Store  # noqa: E402
-from prefillkit.app.sweep.sweep import run_sweep  # noqa: E402
-from prefillkit.cli import run  # noqa: E402
-from prefillkit.runner import (  # noqa: E402
+from prefillkit.app.launch import build_config  # noqa: E402
+from prefillkit.app.replay import (  # noqa: E402
     WorkloadSpec,
-    build_config,
     load_requests,
     make_replay_options,
     run_replay,
 )
+from prefillkit.app.sweep.grid import load_grid  # noqa: E402
+from prefillkit.app.sweep.store import METRIC_COLUMNS, Store  # noqa: E402
+from prefillkit.app.sweep.sweep import run_sweep  # noqa: E402
+from prefillkit.cli import run  # noqa: E402
 
 
 def _sweep(grid: Path, out: Path, **kw: object) -> object:
@@ -58,7 +58,7 @@ def test_point_matches_an_in_process_replay(tmp_path: Path) -> None:
     _sweep(grid, out)
     point = load_grid(grid).points()[5]
     row = Store(out).read_rows([point.id])[point.id]
-    cfg, _ = build_config(
+    cfg = build_config(
         None,
         [
             "--chunked-prefill-size",
@@ -68,13 +68,15 @@ def test_point_matches_an_in_process_replay(tmp_path: Path) -> None:
             "--seed",
             str(point.seed),
         ],
-    )
+        preset="demo",
+    ).config
     spec = WorkloadSpec(
         generator="agentic",
         generator_args={"num_sessions": 4, "turns_per_session": (2, 4)},
         replay=make_replay_options(),
     )
-    result = run_replay(cfg, load_requests(spec, cfg).requests, progress=False, handle_sigint=False)
+    requests = load_requests(spec, page_size=cfg.resolved_page_size, seed=cfg.seed).requests
+    result = run_replay(cfg.sim_settings(), requests, progress=False, handle_sigint=False)
     for key in (
         "requests",
         "ttft_p99_s",

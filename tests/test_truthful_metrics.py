@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from prefillkit.config import Config
+from prefillkit.app.settings import Config
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.engine import SimResult, simulate
 from prefillkit.sim.metrics import REQUEST_COLUMNS, request_row
@@ -31,7 +31,7 @@ def _retraction_example() -> SimResult:
         )
         for i in range(4)
     ]
-    return simulate(cfg, reqs)
+    return simulate(cfg.sim_settings(), reqs)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from prefillkit.app.settings import Config
 from prefillkit.cache import KVPool, PrefixCache
-from prefillkit.config import Config
 from prefillkit.request import Request
 from prefillkit.sched.policy import aged_prefix_len, order_waiting
 from prefillkit.sim.engine import simulate
@@ -203,7 +203,7 @@ def _cold_max_wait(policy: str, **kw: object) -> float:
         schedule_policy=policy,
         **kw,  # type: ignore[arg-type]
     )
-    res = simulate(cfg, _cold_stream())
+    res = simulate(cfg.sim_settings(), _cold_stream())
     waits = []
     for r in res.requests:
         if r.rid.startswith("c"):

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from prefillkit.app.replay import Workload, WorkloadSpec, load_requests
 from prefillkit.request import block_key_chain
 from prefillkit.workloads.azure import iter_azure, parse_azure_timestamp_ns
 from prefillkit.workloads.bailian import iter_bailian
@@ -23,7 +24,6 @@ from prefillkit.workloads.replay import (
     ReplayOptions,
     detect_format,
     load_records,
-    load_workload,
     replay_records,
 )
 from prefillkit.workloads.stats import trace_stats
@@ -52,6 +52,11 @@ def test_manifest_covers_corpus() -> None:
     assert len(MANIFEST) >= 12
 
 
+def load(path: Path, fmt: str, opts: ReplayOptions, *, page_size: int) -> Workload:
+    """The command line's one workload loader on a trace file."""
+    return load_requests(WorkloadSpec(trace=str(path), fmt=fmt, replay=opts), page_size=page_size)
+
+
 def _prefix(path: Path, line: int | None) -> str:
     return f"{path}: " if line is None else f"{path}:{line}: "
 
@@ -62,7 +67,7 @@ def test_bad_file_raises_naming_file_and_line(name: str) -> None:
     path = BAD / name
     line = spec.get("line")
     with pytest.raises(WorkloadError) as info:
-        load_workload(path, spec["format"], ReplayOptions(), page_size=16)
+        load(path, spec["format"], ReplayOptions(), page_size=16)
     err = info.value
     text = str(err)
     assert "\n" not in text
@@ -80,10 +85,10 @@ def test_bad_file_skip_bad_rows(name: str) -> None:
     opts = ReplayOptions(skip_bad_rows=True)
     if spec["good"] == 0:
         with pytest.raises(WorkloadError) as info:
-            load_workload(path, spec["format"], opts, page_size=16)
+            load(path, spec["format"], opts, page_size=16)
         assert info.value.line == spec.get("line")
         return
-    wl = load_workload(path, spec["format"], opts, page_size=16)
+    wl = load(path, spec["format"], opts, page_size=16)
     assert len(wl.requests) == spec["good"]
     assert len(wl.skipped_rows) == spec["skipped"]
     assert wl.skipped_rows[0][0] == spec["line"]
@@ -96,14 +101,14 @@ def test_bad_file_skip_bad_rows(name: str) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "nope.jsonl"
     with pytest.raises(WorkloadError) as info:
-        load_workload(path, "mooncake", ReplayOptions(), page_size=16)
+        load(path, "mooncake", ReplayOptions(), page_size=16)
     assert info.value.line is None
     assert str(info.value) == f"{path}: file not found"
 
 
 def test_unknown_format_and_bad_options() -> None:
     with pytest.raises(ValueError, match="unknown trace format"):
-        load_workload(BAD / "empty.jsonl", "parquet", ReplayOptions(), page_size=16)
+        load(BAD / "empty.jsonl", "parquet", ReplayOptions(), page_size=16)
     with pytest.raises(ValueError, match="not both"):
         ReplayOptions(rate=2.0, time_scale=0.5)
     with pytest.raises(ValueError):
@@ -114,7 +119,7 @@ def test_unknown_format_and_bad_options() -> None:
 
 def test_streaming_stops_before_later_bad_rows() -> None:
     # Line 3 is truncated; the cap is reached before reading it.
-    wl = load_workload(
+    wl = load(
         BAD / "mooncake_truncated.jsonl", "mooncake", ReplayOptions(max_requests=2), page_size=16
     )
     assert len(wl.requests) == 2
@@ -156,10 +161,10 @@ def test_mooncake_full_trace_and_stats(mooncake_records: list[TraceRecord]) -> N
 
 @needs_mooncake
 def test_mooncake_load_workload() -> None:
-    wl = load_workload(MOONCAKE, "mooncake", ReplayOptions(), page_size=16)
+    wl = load(MOONCAKE, "mooncake", ReplayOptions(), page_size=16)
     assert len(wl.requests) == 12_031
     assert wl.skipped_rows == []
-    assert wl.source.startswith("mooncake:")
+    assert wl.info["source"].startswith("mooncake:")
     first = wl.requests[0]
     assert first.key_tokens == 512 and first.input_len == 6758
     assert len(first.keys) == 6758 // 512  # complete units only
@@ -176,7 +181,7 @@ def test_azure_conv() -> None:
     assert recs[1].arrival_s == pytest.approx(4.314579, abs=1e-9)
     assert recs[-1].arrival_s == pytest.approx(3501.7, abs=0.05)
     assert all(r.hash_ids is None and r.tokens is None for r in recs[:100])
-    wl = load_workload(AZURE_CONV, "azure", ReplayOptions(max_requests=10), page_size=16)
+    wl = load(AZURE_CONV, "azure", ReplayOptions(max_requests=10), page_size=16)
     assert [r.keys for r in wl.requests] == [[]] * 10
     assert detect_format(AZURE_CONV) == "azure"
 
@@ -261,7 +266,7 @@ def test_bailian_format(tmp_path: Path) -> None:
     assert [r.rid for r in recs] == ["159", "160"]
     assert recs[0].block_size == 16 and recs[1].arrival_s == 1.5
     assert detect_format(path) == "bailian"
-    wl = load_workload(path, "bailian", ReplayOptions(), page_size=16)
+    wl = load(path, "bailian", ReplayOptions(), page_size=16)
     first, second = wl.requests[0].keys, wl.requests[1].keys
     assert len(first) == 2 and len(second) == 3 and second[:2] == first  # shared prefix
     with pytest.raises(WorkloadError, match="expected ceil"):
@@ -280,9 +285,13 @@ def test_own_jsonl_roundtrip(tmp_path: Path) -> None:
     assert write_jsonl(recs, path) == len(recs)
     assert list(iter_jsonl(path)) == recs
     assert detect_format(path) == "jsonl"
-    wl = load_workload(path, "jsonl", ReplayOptions(), page_size=8)
-    assert len(wl.requests) == len(recs)
-    assert wl.requests[-1].keys == [] and wl.requests[-1].priority == 2
+    records, skipped = load_records(path, "jsonl", ReplayOptions())
+    assert records == recs and skipped == []
+    plain = to_request(records[-1], 8)
+    assert plain.keys == [] and plain.priority == 2
+    # The replay loader refuses one trace whose block sizes give two key units.
+    with pytest.raises(WorkloadError, match="must give one key unit"):
+        load(path, "jsonl", ReplayOptions(), page_size=8)
 
 
 def test_to_request_variants() -> None:

@@ -1,9 +1,9 @@
 """The ``prefillkit`` command line: replay, compare, sweep, capacity, report, generate, trace-stats,
 knobs.
 
-Every :class:`~prefillkit.config.Config` field is a flag of ``replay``, spelled as SGLang
-spells it (``--chunked-prefill-size``); the flags left over after click's own options are
-parsed by :func:`prefillkit.config.parse_flags`, so spelling, aliases and validation are
+Every :class:`~prefillkit.app.settings.Config` field is a flag of ``replay``, spelled as
+SGLang spells it (``--chunked-prefill-size``); the flags left over after click's own options
+are parsed by :func:`prefillkit.app.settings.parse_flags`, so spelling, aliases and validation are
 exactly the config's. ``replay --help`` lists them all, grouped, from the config's
 field metadata.
 
@@ -11,7 +11,8 @@ Exit codes: 0 success, 2 bad usage / config / input (one line
 ``prefillkit: error: <message>`` on stderr, never a traceback), 130 interrupted.
 Set ``PREFILLKIT_DEBUG=1`` to get tracebacks instead.
 
-Shared building blocks for further subcommands live in :mod:`prefillkit.runner`; the
+This module holds the click commands and their console output only: settings, replay
+and compare live in :mod:`prefillkit.app` (``settings``, ``replay``, ``compare``); the
 helpers here (:func:`config_flags_epilog`, :func:`echo_err`, :class:`ConfigFlagsCommand`,
 :func:`print_summary_table`) are meant for them too.
 """
@@ -37,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prefillkit import __version__
-from prefillkit.compare import (
+from prefillkit.app.compare import (
     VariantOutcome,
     VariantsInterrupted,
     check_shared_settings,
@@ -50,22 +51,11 @@ from prefillkit.compare import (
     write_compare,
     write_dir_report,
 )
-from prefillkit.config import (
-    GROUPS,
-    Config,
-    ConfigError,
-    blame_config_file,
-    field_flag,
-    knob_table,
-    parse_flags,
-)
-from prefillkit.report.compare import comparison_table
-from prefillkit.runner import (
-    DEFAULT_DEPLOYMENT,
+from prefillkit.app.launch import PRESETS, build_config, header_lines, knob_defaults
+from prefillkit.app.replay import (
     GENERATORS,
     InputError,
     WorkloadSpec,
-    build_config,
     generate_records,
     load_requests,
     lru_hit_rate,
@@ -73,10 +63,21 @@ from prefillkit.runner import (
     run_replay,
     write_trace_jsonl,
 )
+from prefillkit.app.settings import (
+    GROUPS,
+    Config,
+    ConfigError,
+    ConfigFile,
+    describe,
+    field_flag,
+    knob_table,
+    suggest_flag,
+)
+from prefillkit.report.compare import comparison_table
 from prefillkit.sim.engine import Engine, SimConfigError
 from prefillkit.sim.output import json_ready, summary_document, write_run
 from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s
-from prefillkit.text import one_line, suggest
+from prefillkit.text import one_line
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.generators import (
     SEED_AGENTIC,
@@ -90,7 +91,7 @@ from prefillkit.workloads.options import (
     GenParam,
     WorkloadTableError,
     parse_text,
-    read_workload_table,
+    workload_table,
 )
 from prefillkit.workloads.record import to_request
 from prefillkit.workloads.replay import FORMATS, ReplayOptions, detect_format, load_records
@@ -187,9 +188,15 @@ SGLANG_NOTES: list[tuple[str, str]] = [
     ("--disaggregation-mode prefill", "Same as --mode pd-prefill ('null' leaves --mode alone)."),
     ("--disable-priority-preemption", "Same as --enable-priority-preemption=false."),
     (
-        "--model-path, --host, --port, ...",
-        "Other SGLang launch flags are accepted and ignored (listed on stderr), so a "
-        "pasted launch command works.",
+        "--host, --port, --trust-remote-code, ...",
+        "SGLang launch flags that do not affect admission are accepted and ignored "
+        "(listed on stderr), so a pasted launch command works.",
+    ),
+    (
+        "--enable-dp-attention, --dp N, ...",
+        "Flags that change admission but are not modelled (DP attention, --disable-radix-"
+        "cache, --enable-mixed-chunk, --hicache-storage-backend, --pp-size, "
+        "--max-queued-requests) are refused with one line saying why.",
     ),
 ]
 
@@ -209,7 +216,7 @@ def config_flags_epilog(
 class ConfigFlagsCommand(click.Command):
     """A command that takes every Config field as a flag (parsed by ``parse_flags``).
 
-    Unknown options are left in ``ctx.args`` for :func:`prefillkit.runner.build_config`;
+    Unknown options are left in ``ctx.args`` for :func:`prefillkit.app.launch.build_config`;
     the help lists every config flag, grouped, after the command's own options.
     ``config_defaults`` are shown as the defaults of the fields they set.
     """
@@ -396,12 +403,9 @@ def _unknown_flag_message(exc: ConfigError, command: click.Command) -> str:
     m = re.match(r"unknown flag '([^']+)'(?: \(did you mean '([^']+)'\?\))?$", text)
     if m is None:
         return text
-    flag, config_guess = m.group(1), m.group(2)
-    candidates = [o for p in command.params for o in p.opts if o.startswith("--")]
-    candidates += [field_flag(f.name) for f in dataclasses.fields(Config)]
-    if config_guess:
-        candidates.append(config_guess)
-    hint = suggest(flag, candidates)
+    flag = m.group(1)
+    own = [o for p in command.params for o in p.opts if o.startswith("--")]
+    hint = suggest_flag(flag, own)
     return f"unknown flag '{flag}'{hint}; see 'prefillkit {command.name} --help'"
 
 
@@ -419,20 +423,23 @@ def _given_params(ctx: click.Context, params: Sequence[GenParam]) -> list[GenPar
 
 
 def _generator_args(
-    ctx: click.Context, params: dict[str, Any]
+    ctx: click.Context, params: dict[str, Any], config_file: ConfigFile | None
 ) -> tuple[str, dict[str, Any], dict[str, str]]:
     """``(generator, keyword arguments, where each came from)`` of a generated workload.
 
     Layers, lowest first: the ``[workload]`` table of ``--config``, then the flags (the
-    ``seed`` preset's values lie below both; see ``runner._generator_call``). The
+    ``seed`` preset's values lie below both; see ``app.replay._generator_call``). The
     generator is ``--generator``, else the table's, else ``gsp`` when only ``--gsp-*``
     options are given, else ``agentic``.
     """
     gsp_given = _given_params(ctx, GSP_PARAMS)
     agentic_given = _given_params(ctx, AGENTIC_PARAMS)
-    config_path: str | None = params.get("config_path")
     try:
-        table = read_workload_table(config_path) if config_path is not None else None
+        table = (
+            workload_table(config_file.document, config_file.path)
+            if config_file is not None
+            else None
+        )
     except WorkloadTableError as exc:
         raise InputError(str(exc)) from None
     generator: str | None = params["generator"] or (table.generator if table else None)
@@ -453,7 +460,11 @@ def _generator_args(
     return generator, merge_agentic_args(file_args, flag_args), labels
 
 
-def _workload_spec(ctx: click.Context, params: dict[str, Any]) -> WorkloadSpec:
+def _workload_spec(
+    ctx: click.Context, params: dict[str, Any], config_file: ConfigFile | None
+) -> WorkloadSpec:
+    """The workload options as a spec; ``config_file``'s ``[workload]`` table (if any)
+    lies below the generator flags."""
     trace = params["trace"]
     generator = "agentic"
     generator_args: dict[str, Any] = {}
@@ -468,7 +479,7 @@ def _workload_spec(ctx: click.Context, params: dict[str, Any]) -> WorkloadSpec:
     else:
         if _given(ctx, "fmt"):
             raise InputError("--format needs --trace")
-        generator, generator_args, labels = _generator_args(ctx, params)
+        generator, generator_args, labels = _generator_args(ctx, params, config_file)
     if params["skip_bad_rows"] and trace is None:
         raise InputError("--skip-bad-rows needs --trace")
     replay = make_replay_options(
@@ -630,18 +641,20 @@ def workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-REPLAY_HELP = f"""Replay a trace (or a built-in workload) through the scheduler simulator.
+REPLAY_HELP = """Replay a trace (or a built-in workload) through the scheduler simulator.
 
 With no arguments, replays the built-in agentic multi-turn workload (multi_turn_agentic,
-seeded by --seed) on the default deployment, GLM-5 on 8xH200:
+seeded by --seed) on the demo deployment (--preset demo: GLM-5 on 8xH200, TP 8, CP 8
+shared-KV, HiCache, pd-prefill), and says so.
 
-\b
-  --tp-size {DEFAULT_DEPLOYMENT["tp_size"]} --cp-size {DEFAULT_DEPLOYMENT["cp_size"]} \
---enable-cp-shared-kv --enable-hierarchical-cache
-
-Values you give (flags or --config) override these defaults; defaults that would
-contradict them are dropped (for example --tp-size 4 also drops --cp-size 8 and shared
-KV).
+As soon as a deployment flag (model, GPUs, TP/CP/EP, HiCache, memory; or a pasted SGLang
+launch flag such as --trust-remote-code) is given, whatever the line does not say takes
+SGLang 0.5.23's default (TP 1, CP 1, HiCache off, colocated unless
+--disaggregation-mode prefill, ...); the model comes from --model-path (a preset's
+Hugging Face id, or a local config.json) or --model-config. --preset NAME (demo, seed)
+puts a named deployment under the line instead; its values the line contradicts are
+dropped (--tp 4 drops the demo's CP 8). The header lists every deployment setting with
+where it came from; `prefillkit knobs` lists the defaults of each base.
 
 Every config flag listed below can be given, spelled as SGLang spells it, so an SGLang
 launch command can be pasted. Ctrl-C stops the replay, writes the results so far marked
@@ -652,7 +665,6 @@ partial and exits with status 130.
 @cli.command(
     "replay",
     cls=ConfigFlagsCommand,
-    config_defaults=DEFAULT_DEPLOYMENT,
     help=REPLAY_HELP,
     context_settings=CONTEXT_SETTINGS,
 )
@@ -662,6 +674,12 @@ partial and exits with status 130.
     "config_path",
     metavar="FILE.toml",
     help="TOML settings (top level or [prefillkit]); flags override it.",
+)
+@click.option(
+    "--preset",
+    type=click.Choice(tuple(PRESETS)),
+    help="A named deployment under the launch flags [default: demo without launch flags, "
+    "else SGLang's defaults].",
 )
 @click.option(
     "--window-s",
@@ -690,12 +708,13 @@ partial and exits with status 130.
 @click.pass_context
 def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     try:
-        cfg, ignored = build_config(params["config_path"], ctx.args)
+        resolved = build_config(params["config_path"], ctx.args, preset=params["preset"])
     except ConfigError as exc:
         raise ConfigError(_unknown_flag_message(exc, ctx.command)) from None
-    if ignored:
-        echo_err(f"ignored SGLang flags: {' '.join(dict.fromkeys(ignored))}")
-    spec = _workload_spec(ctx, params)
+    cfg = resolved.config
+    if resolved.ignored:
+        echo_err(f"ignored SGLang flags: {' '.join(dict.fromkeys(resolved.ignored))}")
+    spec = _workload_spec(ctx, params, resolved.file)
     quiet: bool = params["quiet"]
 
     out: str | None = params["out"]
@@ -708,7 +727,7 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             raise InputError(f"--out {out}: cannot create folder: {_os_reason(exc)}") from None
     name: str = params["name"] or (Path(out).resolve().name if out else "replay")
 
-    workload = load_requests(spec, cfg)
+    workload = load_requests(spec, page_size=cfg.resolved_page_size, seed=cfg.seed)
     if workload.skipped_rows:
         line, reason = workload.skipped_rows[0]
         echo_err(
@@ -725,6 +744,8 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     def announce(engine: Engine) -> None:
         engine.window_s = window_s
         if not quiet:
+            for text in header_lines(resolved):
+                echo_err(text)
             echo_err(
                 f"replaying {len(workload.requests):,} requests from "
                 f"{workload.info['source']} (Ctrl-C stops and keeps partial results)"
@@ -732,7 +753,7 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
 
     try:
         result = run_replay(
-            cfg,
+            cfg.sim_settings(),
             workload.requests,
             progress=not quiet and sys.stderr.isatty(),
             on_start=announce,
@@ -740,13 +761,12 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     except (ConfigError, SimConfigError) as exc:
         # A deployment the simulator cannot build: name the --config file when the
         # setting at fault comes from it.
-        flags = parse_flags(list(ctx.args)).values
-        raise type(exc)(blame_config_file(str(exc), params["config_path"], flags)) from None
-    doc = summary_document(result, name=name, config=cfg, workload=workload.info)
+        raise type(exc)(resolved.blame(str(exc))) from None
+    doc = summary_document(result, name=name, config=describe(cfg), workload=workload.info)
     wall = result.summary.get("wall_time_s")
     if out is not None:
         try:
-            write_run(result, out, name=name, config=cfg, workload=workload.info)
+            write_run(result, out, doc)
         except OSError as exc:
             raise InputError(f"--out {out}: cannot write results: {_os_reason(exc)}") from None
         if not quiet:
@@ -769,7 +789,7 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
         ctx.exit(EXIT_INTERRUPTED)
 
 
-COMPARE_HELP = f"""Replay one workload under several named config variants and compare them.
+COMPARE_HELP = """Replay one workload under several named config variants and compare them.
 
 Every variant replays the same requests (chosen with the workload options, as for
 replay) in its own worker process; the first variant is the baseline. Prints one table:
@@ -789,10 +809,9 @@ Variants (at least one; a name is also the variant's folder name):
 
 The config flags given to compare itself and its --config file are shared by every
 variant; a variant's own file, settings and flags override them (in that order).
-Variants of --variants-file come first, then the --variant options in order. The default
-deployment is replay's (--tp-size {DEFAULT_DEPLOYMENT["tp_size"]} --cp-size \
-{DEFAULT_DEPLOYMENT["cp_size"]} --enable-cp-shared-kv --enable-hierarchical-cache); a
-generated workload uses the baseline's --seed.
+Variants of --variants-file come first, then the --variant options in order. The base
+deployment is chosen as for replay, from the shared flags and file only (none: the demo
+preset; --preset NAME names one); a generated workload uses the baseline's --seed.
 
 \b
 Example (the shared --chunked-prefill-size applies to both variants):
@@ -810,11 +829,16 @@ workers and exits with status 130.
 @cli.command(
     "compare",
     cls=ConfigFlagsCommand,
-    config_defaults=DEFAULT_DEPLOYMENT,
     help=COMPARE_HELP,
     context_settings=CONTEXT_SETTINGS,
 )
 @workload_options
+@click.option(
+    "--preset",
+    type=click.Choice(tuple(PRESETS)),
+    help="A named deployment under the shared flags [default: demo without shared launch "
+    "flags, else SGLang's defaults].",
+)
 @click.option(
     "--config",
     "config_path",
@@ -866,19 +890,29 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
     config_path: str | None = params["config_path"]
     shared_flags = list(ctx.args)
     try:
-        ignored = check_shared_settings(config_path, shared_flags)
+        shared_file, ignored = check_shared_settings(config_path, shared_flags)
     except ConfigError as exc:
         raise ConfigError(_unknown_flag_message(exc, ctx.command)) from None
     if ignored:
         echo_err(f"ignored SGLang flags: {' '.join(dict.fromkeys(ignored))}")
-    spec = _workload_spec(ctx, params)
+    spec = _workload_spec(ctx, params, shared_file)
     out: str | None = params["out"]
     if params["write_html"] and out is None:
         raise InputError("--report needs --out DIR (the report is written to DIR/report.html)")
     quiet: bool = params["quiet"]
 
     variants = collect_variants(params["variants_file"], params["variant_options"])
-    prepared = prepare_variants(variants, config_path, shared_flags)
+    own_options = {o for p in ctx.command.params for o in p.opts if o.startswith("--")}
+    for v in variants:
+        for token in v.flags:
+            flag = token.partition("=")[0]
+            if flag in own_options:
+                raise InputError(
+                    f"variant {v.name!r}: {flag} is an option of compare itself, shared by "
+                    "every variant (a variant takes config flags only); give it outside "
+                    "--variant"
+                )
+    prepared = prepare_variants(variants, shared_file, shared_flags, preset=params["preset"])
     for pv in prepared:
         if pv.ignored:
             echo_err(
@@ -892,7 +926,8 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
         except OSError as exc:
             raise InputError(f"--out {out}: cannot create folder: {_os_reason(exc)}") from None
 
-    workload = load_requests(spec, prepared[0].config)
+    baseline = prepared[0].config
+    workload = load_requests(spec, page_size=baseline.resolved_page_size, seed=baseline.seed)
     if workload.skipped_rows:
         line, reason = workload.skipped_rows[0]
         echo_err(
@@ -994,13 +1029,14 @@ Example: the seed system's traffic mix at 0.3 sessions/s
 """
 
 
-def _generate_seed(config_path: str | None, seed: int | None) -> int:
-    """``--seed``, else the seed of the ``--config`` file, else the Config default."""
+def _generate_seed(config_path: str | None, seed: int | None) -> tuple[int, ConfigFile | None]:
+    """``--seed``, else the seed of the ``--config`` file, else the Config default; and
+    the config file as read."""
     try:
-        cfg, _ = build_config(config_path, [] if seed is None else ["--seed", str(seed)])
+        resolved = build_config(config_path, [] if seed is None else ["--seed", str(seed)])
     except ConfigError as exc:
         raise InputError(str(exc)) from None
-    return cfg.seed
+    return resolved.config.seed, resolved.file
 
 
 def generator_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -1026,8 +1062,8 @@ def generator_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("-q", "--quiet", is_flag=True, help="No note on stderr.")
 @click.pass_context
 def generate_cmd(ctx: click.Context, /, **params: Any) -> None:
-    seed = _generate_seed(params["config_path"], params["seed"])
-    generator, args, labels = _generator_args(ctx, params)
+    seed, config_file = _generate_seed(params["config_path"], params["seed"])
+    generator, args, labels = _generator_args(ctx, params, config_file)
     spec = WorkloadSpec(
         block_size=params["block_size"],
         generator=generator,
@@ -1276,29 +1312,49 @@ def calibrate_cmd(
 @cli.command("knobs", context_settings=CONTEXT_SETTINGS)
 @click.option("--markdown", is_flag=True, help="Print a Markdown table (for the README).")
 def knobs_cmd(markdown: bool) -> None:
-    """List every config knob: flag, default and meaning."""
+    """List every config knob: flag, the defaults replay uses, and meaning.
+
+    One default column per base: "launch line" (what replay uses for a setting a launch
+    line does not give: SGLang 0.5.23's default, or prefillkit's where it deviates) and
+    one per --preset (demo: what replay runs with no launch flags).
+    """
     groups = {f.name: str(f.metadata["group"]) for f in dataclasses.fields(Config)}
     flag_group = {field_flag(n): g for n, g in groups.items()}
-    rows = knob_table()
+    bases = knob_defaults()
+    names = [f.name for f in dataclasses.fields(Config)]
+    rows = [
+        (flag, [_knob_text(bases[b][name]) for b in bases], meaning)
+        for name, (flag, _, meaning) in zip(names, knob_table(), strict=True)
+    ]
     if markdown:
-        lines = ["| flag | default | meaning |", "| --- | --- | --- |"]
-        for flag, default, meaning in rows:
-            cells = (f"`{flag}`", f"`{default}`", meaning.replace("|", "\\|"))
+        head = " | ".join(bases)
+        lines = [f"| flag | {head} | meaning |", "| --- |" + " --- |" * len(bases) + " --- |"]
+        for flag, defaults, meaning in rows:
+            cells = (f"`{flag}`", *(f"`{d}`" for d in defaults), meaning.replace("|", "\\|"))
             lines.append("| " + " | ".join(cells) + " |")
         click.echo("\n".join(lines))
         return
-    table = Table(title="prefillkit knobs", header_style="bold")
+    table = Table(title="prefillkit knobs (defaults replay uses, per base)", header_style="bold")
     table.add_column("flag", no_wrap=True)
-    table.add_column("default", no_wrap=True)
+    for base in bases:
+        table.add_column(base, no_wrap=True)
     table.add_column("meaning")
     previous: str | None = None
-    for flag, default, meaning in rows:
+    for flag, defaults, meaning in rows:
         group = flag_group[flag]
         if previous is not None and group != previous:
             table.add_section()
         previous = group
-        table.add_row(flag, default, meaning)
+        table.add_row(flag, *defaults, meaning)
     make_console().print(table)
+
+
+def _knob_text(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 # --------------------------------------------------------------------------- sweep

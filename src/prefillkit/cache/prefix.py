@@ -110,10 +110,6 @@ class PrefixCache:
         return self.evictable_pages * self.page_size
 
     @property
-    def protected_size(self) -> int:
-        return self.protected_pages * self.page_size
-
-    @property
     def cached_pages(self) -> int:
         return self.evictable_pages + self.protected_pages
 

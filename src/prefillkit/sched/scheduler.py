@@ -29,7 +29,6 @@ from prefillkit.cache.pages import empty_table
 from prefillkit.cache.pages import extend as extend_pages
 from prefillkit.cache.pool import KVPool, lane_split
 from prefillkit.cache.prefix import LoadBack, PrefixCache
-from prefillkit.config import Config
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.adder import AddReqResult, AdmissionLimits, CloseReason, PrefillAdder
 from prefillkit.sched.affinity import (
@@ -43,6 +42,7 @@ from prefillkit.sched.affinity import (
     tripped_bound,
 )
 from prefillkit.sched.buffer import BufferEstimatorContext
+from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.interface import (
     AdmissionEvent,
     AdmissionObserver,
@@ -127,13 +127,15 @@ class SchedulerStats:
     log_hit_tokens: int = 0
 
 
-def build_limits(cfg: Config, buffer_ctx: BufferEstimatorContext | None) -> AdmissionLimits:
+def build_limits(
+    cfg: SchedulerConfig, buffer_ctx: BufferEstimatorContext | None
+) -> AdmissionLimits:
     if cfg.cp_size > 1:
         cp_mode = "bs_gt1" if cfg.enable_cp_shared_kv_prefill_bs_gt1 else "bs1"
     else:
         cp_mode = "off"
     return AdmissionLimits(
-        page_size=cfg.page_size,  # type: ignore[arg-type]
+        page_size=cfg.page_size,
         max_prefill_tokens=cfg.max_prefill_tokens,
         chunked_prefill_size=cfg.chunked_prefill_size,
         clip_max_new_tokens=cfg.clip_max_new_tokens,
@@ -153,7 +155,7 @@ def build_limits(cfg: Config, buffer_ctx: BufferEstimatorContext | None) -> Admi
 class Scheduler:
     def __init__(
         self,
-        cfg: Config,
+        cfg: SchedulerConfig,
         total_pages: int,
         key_tokens: int,
         *,
@@ -162,7 +164,7 @@ class Scheduler:
         reserve_decode: bool = True,
     ) -> None:
         self.cfg = cfg
-        page_size: int = cfg.page_size  # type: ignore[assignment]
+        page_size = cfg.page_size
         self.page_size = page_size
         lanes = cfg.cp_size if cfg.enable_cp_shared_kv else 1
         self.pool = KVPool(total_pages, page_size, lanes)

@@ -92,7 +92,6 @@ the KV write of new tokens (a few MB per layer), PD KV send-out beyond one bandw
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,7 +104,7 @@ from prefillkit.sched.cp_split import add_lane_span
 from prefillkit.sim.gpus import GpuSpec, get_gpu
 
 if TYPE_CHECKING:
-    from prefillkit.config import Config
+    from prefillkit.sim.settings import SimSettings
 
 GEMM_SATURATION_TOKENS: int = 512
 GEMM_EFF_FLOOR: float = 0.05  # lowest fraction of eff_gemm (only below ~1.3 tokens)
@@ -745,39 +744,27 @@ def default_cost_model(
     )
 
 
-def gpu_for_config(cfg: Config) -> GpuSpec:
-    """The GPU preset named by ``cfg.gpu`` with the interconnect overrides applied.
-
-    Raises ``KeyError`` for an unknown GPU name.
-    """
-    gpu = get_gpu(cfg.gpu)
-    if cfg.nvlink_bandwidth_gbps is not None:
-        gpu = dataclasses.replace(gpu, nvlink_bandwidth=cfg.nvlink_bandwidth_gbps * 1e9)
-    if cfg.net_bandwidth_gbps is not None:
-        gpu = dataclasses.replace(gpu, net_bandwidth=cfg.net_bandwidth_gbps * 1e9)
-    return gpu
-
-
-def cost_model_for_config(cfg: Config, num_gpus: int) -> RooflineCostModel:
+def cost_model_for_config(cfg: SimSettings, num_gpus: int) -> RooflineCostModel:
     """The cost model of the deployment ``cfg`` describes on ``num_gpus`` GPUs.
 
-    CP runs over ``cfg.cp_size`` ranks (shared-KV when ``enable_cp_shared_kv``), the
-    routed experts over ``cfg.ep_size``, attention TP over the rest; the page size,
-    KV bytes, bandwidths and two-batch overlap come from ``cfg``.
+    CP runs over ``cfg.cp_size`` ranks (shared-KV when the scheduler's
+    ``enable_cp_shared_kv``), the routed experts over ``cfg.ep_size``, attention TP over
+    the rest; the page size, KV bytes, bandwidths and two-batch overlap come from ``cfg``.
+    Raises ``KeyError`` for an unknown GPU name.
     """
     layout = ParallelLayout(
         num_gpus,
         cp_size=cfg.cp_size,
         ep_size=cfg.ep_size if cfg.ep_size == num_gpus else 1,
         two_batch_overlap=cfg.enable_two_batch_overlap,
-        shared_kv=cfg.enable_cp_shared_kv,
+        shared_kv=cfg.scheduler.enable_cp_shared_kv,
     )
     return RooflineCostModel(
-        cfg.model_spec,
-        gpu_for_config(cfg),
+        cfg.model,
+        cfg.gpu_spec(),
         num_gpus,
         layout=layout,
-        page_size=cfg.resolved_page_size,
+        page_size=cfg.page_size,
         kv_bytes_per_token=cfg.resolved_kv_bytes_per_token,
         h2d_bandwidth=cfg.h2d_bandwidth_gbps * 1e9,
         kv_transfer_bandwidth=cfg.kv_transfer_bandwidth_gbps * 1e9,

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from prefillkit.config import Config
 from prefillkit.request import Request
 from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
 from prefillkit.sched.interface import SchedulerInterface, StepOutput
@@ -34,6 +33,7 @@ from prefillkit.sched.scheduler import Scheduler
 from prefillkit.sim.cost import CostModel, ReqShape, cost_model_for_config
 from prefillkit.sim.gpus import get_gpu
 from prefillkit.sim.metrics import BatchRecord, BatchTrace, summarize
+from prefillkit.sim.settings import SimSettings
 from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s, steady_metrics
 
 FORWARD_DONE, TRANSFER_DONE, ARRIVAL = 0, 1, 2
@@ -90,7 +90,7 @@ def key_tokens_of(requests: list[Request], page_size: int) -> int:
     return sizes.pop() if sizes else page_size
 
 
-def resolve_deployment(cfg: Config, requests: list[Request]) -> Deployment:
+def resolve_deployment(cfg: SimSettings, requests: list[Request]) -> Deployment:
     try:
         gpu = get_gpu(cfg.gpu)
     except KeyError as e:
@@ -103,7 +103,7 @@ def resolve_deployment(cfg: Config, requests: list[Request]) -> Deployment:
     return Deployment(
         total_pages=total_pages,
         host_pages=cfg.host_pages(total_pages),
-        key_tokens=key_tokens_of(requests, cfg.page_size),  # type: ignore[arg-type]
+        key_tokens=key_tokens_of(requests, cfg.page_size),
         num_gpus=num_gpus,
         device_memory_bytes=mem,
         weights_bytes_per_gpu=weights,
@@ -113,7 +113,7 @@ def resolve_deployment(cfg: Config, requests: list[Request]) -> Deployment:
 class Engine:
     def __init__(
         self,
-        cfg: Config,
+        cfg: SimSettings,
         requests: list[Request],
         *,
         cost: CostModel | None = None,
@@ -134,9 +134,9 @@ class Engine:
             model=model,
             kv_cache_dtype=cfg.resolved_kv_cache_dtype,
             cp_size=cfg.cp_size,
-            page_size=cfg.page_size,  # type: ignore[arg-type]
+            page_size=cfg.page_size,
         )
-        limit = cfg.cp_shared_kv_prefill_max_buffer_size
+        limit = cfg.scheduler.cp_shared_kv_prefill_max_buffer_size
         if limit is not None:
             free = self.dep.device_memory_bytes * (1.0 - cfg.mem_fraction_static)
             try:
@@ -147,7 +147,7 @@ class Engine:
         # NOTE: the loop drives the scheduler through its typed interface only
         # (tests/test_interface.py checks it).
         self.sched: SchedulerInterface = Scheduler(
-            cfg,
+            cfg.scheduler,
             self.dep.total_pages,
             self.dep.key_tokens,
             host_pages=self.dep.host_pages,
@@ -197,7 +197,7 @@ class Engine:
         counters = self.sched.counters()
         counters["stuck"] = 0 if partial else self.sched.num_pending()
         summary = summarize(self.requests, self.batches, counters=counters, sim_end_s=self.now)
-        classes = self.trace.cache_classes(self.cfg.affinity_warm_floor_tokens)
+        classes = self.trace.cache_classes(self.cfg.scheduler.affinity_warm_floor_tokens)
         summary.update(
             steady_metrics(
                 self.requests,
@@ -209,7 +209,7 @@ class Engine:
         )
         summary["wall_time_s"] = wallclock.perf_counter() - t0
         dep = self.dep.as_dict()
-        dep["kv_pool_tokens"] = self.dep.total_pages * self.cfg.page_size  # type: ignore[operator]
+        dep["kv_pool_tokens"] = self.dep.total_pages * self.cfg.page_size
         return SimResult(
             self.requests,
             self.batches,
@@ -280,7 +280,7 @@ class Engine:
 
 
 def simulate(
-    cfg: Config,
+    cfg: SimSettings,
     requests: list[Request],
     *,
     cost: CostModel | None = None,

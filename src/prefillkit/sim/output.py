@@ -5,7 +5,7 @@ Layout of ``summary.json`` (read back by :mod:`prefillkit.report.rundir`)::
     {
       "name": "...",            # run label
       "partial": false,         # true when the replay was interrupted (SIGINT)
-      "config": {...},          # describe(cfg): every Config field by FIELD name, resolved
+      "config": {...},          # the settings by field name, resolved (the app's describe)
       "deployment": {...},      # result.deployment (pool pages, host pages, key unit, GPUs)
       "workload": {...},        # what was replayed (source, request count, options)
       "metrics": {...},         # result.summary, minus wall-clock fields
@@ -58,7 +58,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefillkit.config import Config, describe
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.engine import SimResult
 from prefillkit.sim.metrics import REQUEST_COLUMNS, batch_columns, request_row
@@ -101,14 +100,16 @@ def json_ready(value: Any) -> Any:
 
 
 def summary_document(
-    result: SimResult, *, name: str, config: Config, workload: Mapping[str, Any]
+    result: SimResult, *, name: str, config: Mapping[str, Any], workload: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The ``summary.json`` object (JSON-ready, without wall-clock fields)."""
+    """The ``summary.json`` object (JSON-ready, without wall-clock fields and without the
+    ``files`` manifest, which :func:`write_run` adds). ``config`` is the run's settings by
+    field name (``prefillkit.app.settings.describe``); ``workload`` what was replayed."""
     metrics = {k: v for k, v in result.summary.items() if k not in WALL_CLOCK_FIELDS}
     doc: dict[str, Any] = {
         "name": name,
         "partial": bool(result.partial),
-        "config": describe(config),
+        "config": dict(config),
         "deployment": dict(result.deployment),
         "workload": dict(workload),
         "metrics": metrics,
@@ -297,25 +298,21 @@ def _batch_rows(result: SimResult) -> Iterable[dict[str, Any]]:
 
 
 def write_run(
-    result: SimResult,
-    out_dir: str | os.PathLike[str],
-    *,
-    name: str,
-    config: Config,
-    workload: Mapping[str, Any],
+    result: SimResult, out_dir: str | os.PathLike[str], document: Mapping[str, Any]
 ) -> None:
     """Write ``requests.csv``, ``batches.csv`` and ``summary.json`` into ``out_dir``.
 
-    Creates ``out_dir`` (and parents) if needed; see the module docstring for the format.
-    Raises ``OSError`` when the folder or a file cannot be written.
+    ``document`` is the run's :func:`summary_document` (not mutated: ``summary.json`` is
+    it plus the ``files`` manifest). Creates ``out_dir`` (and parents) if needed; see the
+    module docstring for the format. Raises ``OSError`` when the folder or a file cannot
+    be written.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     requests_text = _csv_text(REQUEST_COLUMNS, _request_rows(result))
     columns = batch_columns(result.trace.keys)
     batches_text = _csv_text(columns, _batch_rows(result))
-    doc = summary_document(result, name=name, config=config, workload=workload)
     csvs = {REQUESTS_FILE: requests_text, BATCHES_FILE: batches_text}
-    doc["files"] = file_manifest(csvs)
+    doc = {**document, "files": file_manifest(csvs)}
     summary_text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
     write_file_set(out, {**csvs, SUMMARY_FILE: summary_text}, last=SUMMARY_FILE)

@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prefillkit.models import get_model
-from prefillkit.sim.cost import ParallelLayout, ReqShape, RooflineCostModel
+from prefillkit.sched.config import SchedulerConfig
+from prefillkit.sim.cost import ParallelLayout, ReqShape, RooflineCostModel, cost_model_for_config
 from prefillkit.sim.gpus import get_gpu
+from prefillkit.sim.settings import SimSettings
 
 __all__ = [
     "PUBLISHED",
@@ -31,6 +33,7 @@ __all__ = [
     "modelled_throughput",
     "seed_cost_model",
     "seed_scenario",
+    "seed_settings",
 ]
 
 #: The validation bound: |modelled / published - 1|.
@@ -204,13 +207,33 @@ class SeedScenario:
     cold_alone_breakdown: dict[str, float]
 
 
-def seed_cost_model() -> RooflineCostModel:
-    """The cost model of :data:`SEED_DEPLOYMENT` (built from the same flags)."""
-    from prefillkit.config import Config, parse_flags
-    from prefillkit.sim.cost import cost_model_for_config
+def seed_settings() -> SimSettings:
+    """:data:`SEED_DEPLOYMENT` as simulator settings, built without the flag parser
+    (``tests/test_cost_cp.py`` checks that parsing the flags gives the same settings);
+    every other setting is the library default."""
+    scheduler = SchedulerConfig(
+        page_size=64,
+        chunked_prefill_size=65536,
+        max_prefill_tokens=65536,
+        cp_size=8,
+        enable_cp_shared_kv=True,
+        enable_hierarchical_cache=True,
+        hicache_write_policy="write_through",
+    )
+    return SimSettings(
+        scheduler,
+        model=get_model("glm-5"),
+        gpu="h20-141g",
+        tp_size=8,
+        ep_size=8,
+        hicache_ratio=2.0,
+    )
 
-    cfg = Config(**parse_flags(list(SEED_DEPLOYMENT)).values)  # type: ignore[arg-type]
-    return cost_model_for_config(cfg, cfg.tp_size)
+
+def seed_cost_model() -> RooflineCostModel:
+    """The cost model of :data:`SEED_DEPLOYMENT` (:func:`seed_settings`)."""
+    settings = seed_settings()
+    return cost_model_for_config(settings, settings.tp_size)
 
 
 def seed_scenario(

@@ -8,7 +8,7 @@ description parses a flag's text (:func:`parse_text`) and checks a value from a 
 Ranges are written ``LO,HI`` on the command line (``--agentic-turns 10,30``; a single
 number ``N`` means ``N,N``) and ``[LO, HI]`` (or a single number) in TOML.
 
-The ``[workload]`` table (:func:`read_workload_table`) sits beside the ``[prefillkit]``
+The ``[workload]`` table (:func:`workload_table`) sits beside the ``[prefillkit]``
 table of a ``--config`` file: ``generator = "seed"`` (or ``agentic`` / ``gsp``; default
 ``agentic``) plus any of that generator's parameters by keyword name (``_`` or ``-``)::
 
@@ -26,10 +26,8 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from prefillkit.workloads.generators import SYSTEM_PROMPT_CHOICE
@@ -44,7 +42,7 @@ __all__ = [
     "check_value",
     "params_of",
     "parse_text",
-    "read_workload_table",
+    "workload_table",
 ]
 
 #: Kinds of parameter value.
@@ -365,27 +363,13 @@ class WorkloadTable:
         return f"{self.path}: [workload]: unknown key {name!r} for generator {generator}{hint}"
 
 
-def _load_toml(path: str) -> dict[str, Any]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadTableError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise WorkloadTableError(f"{path}: not valid UTF-8 text; save it as UTF-8") from None
-    try:
-        return tomllib.loads(text)
-    except ValueError as exc:
-        reason = " ".join(str(exc).split())
-        raise WorkloadTableError(f"{path}: invalid TOML: {reason}") from None
-
-
-def read_workload_table(path: str) -> WorkloadTable | None:
-    """The ``[workload]`` table of config file ``path``, or None when it has none.
+def workload_table(data: Mapping[str, Any], path: str) -> WorkloadTable | None:
+    """The ``[workload]`` table of the parsed config file ``data`` (read from ``path``,
+    which names the file in errors), or None when it has none.
 
     The config settings of such a file must be in a ``[prefillkit]`` table (the config
     reader takes top-level keys as settings otherwise). Raises ``WorkloadTableError``.
     """
-    data = _load_toml(path)
     if "workload" not in data:
         return None
     table = data["workload"]

@@ -1,6 +1,7 @@
-"""Load a trace file as a replayable workload: window, cap, re-time, build requests.
+"""Read a trace file as replayable records: window, cap, re-time.
 
-Order of operations in ``load_workload``:
+Order of operations (:func:`load_records`; ``prefillkit.app.replay.load_requests`` then
+builds the requests):
 
 1. stream the file (``fmt``: ``"mooncake"``, ``"bailian"``, ``"azure"``, ``"jsonl"``, or
    ``"auto"``), validating every row read;
@@ -8,8 +9,7 @@ Order of operations in ``load_workload``:
    at most ``max_requests`` of them, and stop reading once past the window or the cap;
 3. re-base the arrivals so the first kept request arrives at 0;
 4. optionally spread requests that share one quantised timestamp over their bucket;
-5. multiply arrivals by ``time_scale``, or rescale them to the target mean ``rate``;
-6. build one ``Request`` per record (key chains computed once, here).
+5. multiply arrivals by ``time_scale``, or rescale them to the target mean ``rate``.
 """
 
 from __future__ import annotations
@@ -19,24 +19,21 @@ import math
 import os
 import statistics
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from prefillkit.request import Request
 from prefillkit.workloads.azure import iter_azure
 from prefillkit.workloads.bailian import iter_bailian
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.jsonl import PathLike, SkipList, iter_jsonl, open_binary
 from prefillkit.workloads.mooncake import MOONCAKE_BLOCK_SIZE, iter_mooncake
-from prefillkit.workloads.record import TraceRecord, to_request
+from prefillkit.workloads.record import TraceRecord
 
 __all__ = [
     "FORMATS",
-    "LoadedWorkload",
     "ReplayOptions",
     "detect_format",
     "iter_trace",
     "load_records",
-    "load_workload",
     "replay_records",
 ]
 
@@ -86,16 +83,6 @@ class ReplayOptions:
     def end_s(self) -> float:
         """End of the window on the original timestamps (exclusive)."""
         return math.inf if self.duration_s is None else self.start_s + self.duration_s
-
-
-@dataclass(slots=True)
-class LoadedWorkload:
-    """A workload ready to replay."""
-
-    requests: list[Request]
-    skipped_rows: list[tuple[int, str]]  # (line, reason)
-    source: str  # "<fmt>:<path>"
-    records: list[TraceRecord] = field(default_factory=list)  # re-timed, as replayed
 
 
 def detect_format(path: PathLike) -> str:
@@ -251,24 +238,3 @@ def load_records(
             path, None, f"no requests in the selected window [{opts.start_s:g}{end}) s"
         )
     return _retime(selected, opts, os.fspath(path)), skipped or []
-
-
-def load_workload(
-    path: PathLike,
-    fmt: str,
-    options: ReplayOptions | None = None,
-    *,
-    page_size: int,
-    block_size: int | None = None,
-) -> LoadedWorkload:
-    """Load a trace as ``Request`` s ready to replay (see the module docstring)."""
-    if page_size <= 0:
-        raise ValueError(f"page_size must be > 0, got {page_size}")
-    records, skipped = load_records(path, fmt, options, block_size=block_size)
-    real_fmt = detect_format(path) if fmt == "auto" else fmt
-    return LoadedWorkload(
-        requests=[to_request(r, page_size) for r in records],
-        skipped_rows=skipped,
-        source=f"{real_fmt}:{os.fspath(path)}",
-        records=records,
-    )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from prefillkit.runner import InputError
+from prefillkit.app.replay import InputError
 
 __all__ = ["EXTRA_HINT", "SweepError", "require"]
 

@@ -53,10 +53,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefillkit.app.replay import GENERATORS
+from prefillkit.app.settings import Config, parse_flags
 from prefillkit.app.sweep import SweepError
 from prefillkit.app.sweep.points import REPLAY_KEYS, PointSpec, config_for, workload_spec
-from prefillkit.config import Config, parse_flags
-from prefillkit.runner import GENERATORS
 from prefillkit.sim.engine import Engine
 from prefillkit.text import one_line, suggest
 
@@ -420,7 +420,7 @@ def _check_points(path: str, points: Sequence[PointSpec]) -> None:
         checked.add(key)
         try:
             cfg = config_for(p.settings)
-            Engine(cfg, [])
+            Engine(cfg.sim_settings(), [])
         except ValueError as exc:
             knobs = " ".join(
                 f"{k}={v}" for k, v in p.labels.items() if k not in ("workload", "seed")

@@ -4,7 +4,7 @@ A point is ``(settings, workload, seed)``:
 
 - ``settings``: config field name → value (the grid's ``[base]`` plus the point's axis
   values), applied as SGLang-spelled flags over the default deployment, exactly as
-  ``prefillkit replay`` would take them (:func:`prefillkit.runner.build_config`);
+  ``prefillkit replay --preset demo`` would take them (:func:`prefillkit.app.launch.build_config`);
 - ``workload``: a JSON-ready description (name, trace path or generator and its
   parameters, replay options);
 - ``seed``: the config seed (the generator's seed too).
@@ -29,14 +29,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefillkit.config import Config, describe, field_flag
-from prefillkit.runner import (
+from prefillkit.app.launch import build_config
+from prefillkit.app.replay import (
     WorkloadSpec,
-    build_config,
     load_requests,
     make_replay_options,
     run_replay,
 )
+from prefillkit.app.settings import Config, describe, field_flag
 from prefillkit.text import one_line
 from prefillkit.workloads.generators import merge_agentic_args
 from prefillkit.workloads.options import WorkloadTable
@@ -75,15 +75,15 @@ def setting_text(value: object) -> str:
 
 
 def config_for(settings: Mapping[str, object], seed: int | None = None) -> Config:
-    """The Config of ``settings`` (field → value) over the default deployment.
+    """The Config of ``settings`` (field → value) over the demo deployment (``--preset
+    demo``: its values the settings contradict are dropped).
 
     Raises ``ConfigError`` (one line, names the flag).
     """
     flags = [f"{field_flag(k)}={setting_text(v)}" for k, v in settings.items()]
     if seed is not None:
         flags.append(f"--seed={seed}")
-    cfg, _ = build_config(None, flags)
-    return cfg
+    return build_config(None, flags, preset="demo").config
 
 
 def _canonical(value: Any) -> str:
@@ -212,8 +212,10 @@ def run_point(point: Mapping[str, Any], hooks: Mapping[str, str] | None = None) 
     try:
         cfg = config_for(spec.settings, spec.seed)
         wspec = workload_spec(spec.workload, where=f"workload {spec.workload.get('name')!r}")
-        workload = load_requests(wspec, cfg)
-        result = run_replay(cfg, workload.requests, progress=False, handle_sigint=False)
+        workload = load_requests(wspec, page_size=cfg.resolved_page_size, seed=cfg.seed)
+        result = run_replay(
+            cfg.sim_settings(), workload.requests, progress=False, handle_sigint=False
+        )
     except (ValueError, OSError, MemoryError) as exc:
         return ("error", one_line(str(exc) or type(exc).__name__), time.perf_counter() - t0)
     except Exception as exc:  # a bug: still one line, the point is recorded as failed

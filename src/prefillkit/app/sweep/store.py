@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from prefillkit import __version__
+from prefillkit.app.settings import Config
 from prefillkit.app.sweep import SweepError, require
-from prefillkit.config import Config
 
 __all__ = [
     "MANIFEST_FILE",

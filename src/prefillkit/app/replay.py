@@ -1,13 +1,14 @@
-"""Shared pieces of the command-line subcommands: config, workload, replay.
+"""Replay: a workload (trace file or generator) through the simulator, for the commands.
 
-- :func:`build_config`: a :class:`~prefillkit.config.Config` from an optional TOML file
-  plus SGLang-spelled flags, over the default deployment (:data:`DEFAULT_DEPLOYMENT`).
 - :func:`load_requests`: a trace file or a built-in generator as a :class:`Workload`
-  (requests ready to replay plus a JSON-ready description for ``summary.json``).
+  (requests ready to replay plus a JSON-ready description for ``summary.json``); the one
+  workload loader of the command line and the tests.
 - :func:`run_replay`: one simulation, with an optional progress bar on stderr and a
   SIGINT handler that stops the replay cleanly (the result is then ``partial``).
+- :func:`lru_hit_rate`, :func:`write_trace_jsonl`: ``trace-stats`` and ``generate``.
 
-Errors are one-line exceptions: :class:`~prefillkit.config.ConfigError`,
+The settings come from :mod:`prefillkit.app.settings` (``build_config``). Errors are
+one-line exceptions: :class:`~prefillkit.sched.config.ConfigError`,
 :class:`~prefillkit.workloads.errors.WorkloadError`,
 :class:`~prefillkit.sim.engine.SimConfigError` and :class:`InputError` (a bad option
 value that is neither a config field nor a trace problem).
@@ -23,7 +24,6 @@ import secrets
 import signal
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -32,9 +32,9 @@ from types import FrameType
 from typing import Any
 
 from prefillkit.cache import KVPool, PrefixCache
-from prefillkit.config import Config, ConfigError, parse_flags
 from prefillkit.request import Request
 from prefillkit.sim.engine import Engine, SimResult, key_tokens_of
+from prefillkit.sim.settings import SimSettings
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.generators import (
     SEED_AGENTIC,
@@ -53,14 +53,11 @@ from prefillkit.workloads.replay import (
 )
 
 __all__ = [
-    "DEFAULT_DEPLOYMENT",
     "GENERATORS",
     "InputError",
     "LruHitRate",
     "Workload",
     "WorkloadSpec",
-    "build_config",
-    "deployment_defaults",
     "generate_records",
     "load_requests",
     "lru_hit_rate",
@@ -70,15 +67,6 @@ __all__ = [
     "write_trace_jsonl",
 ]
 
-#: The deployment ``prefillkit replay`` simulates unless told otherwise: GLM-5 on 8×H200,
-#: CP 8 with shared KV, HiCache on (model/gpu are already the Config defaults).
-DEFAULT_DEPLOYMENT: dict[str, object] = {
-    "tp_size": 8,
-    "cp_size": 8,
-    "enable_cp_shared_kv": True,
-    "enable_hierarchical_cache": True,
-}
-
 #: Built-in workload generators (used when no trace file is given): ``seed`` is
 #: ``agentic`` with the seed system's traffic mix (``generators.SEED_AGENTIC``).
 GENERATORS: tuple[str, ...] = ("agentic", "seed", "gsp")
@@ -86,99 +74,6 @@ GENERATORS: tuple[str, ...] = ("agentic", "seed", "gsp")
 
 class InputError(ValueError):
     """A bad command-line value (one line, names the option)."""
-
-
-# --------------------------------------------------------------------------- config
-
-
-def _toml_table(path: str | Path) -> dict[str, object]:
-    """Best-effort raw settings of a TOML config (field names); ``{}`` when unreadable.
-
-    Only used to know which settings the file gives; ``Config.from_sources`` reads the
-    file again and reports every problem properly.
-    """
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # UnicodeDecodeError, TOMLDecodeError, digit limit
-        return {}
-    table = data.get("prefillkit", data)
-    if not isinstance(table, dict):
-        return {}
-    return {str(k).replace("-", "_"): v for k, v in table.items()}
-
-
-def _check_workload_layout(path: str | Path) -> None:
-    """A config file with a ``[workload]`` table must keep its settings in a
-    ``[prefillkit]`` table (else the config reader takes ``workload`` for a setting).
-    Unreadable files are left for ``Config.from_sources`` to report."""
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    if isinstance(data.get("workload"), dict) and "prefillkit" not in data:
-        raise ConfigError(
-            f"{path}: a file with a [workload] table keeps its config settings in a "
-            "[prefillkit] table (an empty one is fine)"
-        )
-
-
-def deployment_defaults(given: Mapping[str, object]) -> dict[str, object]:
-    """The :data:`DEFAULT_DEPLOYMENT` settings that apply on top of the user's ``given``.
-
-    A setting the user gives (in the file or as a flag) always wins. The defaults that
-    would contradict the user's settings are dropped rather than turned into errors:
-    ``cp_size`` 8 only when the user's ``tp_size`` (if any) is a multiple of 8, CP shared
-    KV only with ``cp_size > 1``, HiCache only when the user's ``--hicache-ratio`` /
-    ``--hicache-size`` allow it.
-    """
-    out: dict[str, object] = {}
-    if "tp_size" not in given:
-        out["tp_size"] = DEFAULT_DEPLOYMENT["tp_size"]
-    tp = given.get("tp_size", out.get("tp_size"))
-    default_cp = DEFAULT_DEPLOYMENT["cp_size"]
-    assert isinstance(default_cp, int)
-    if "cp_size" not in given and isinstance(tp, int) and tp > 0 and tp % default_cp == 0:
-        out["cp_size"] = default_cp
-    cp = given.get("cp_size", out.get("cp_size", 1))
-    if "enable_cp_shared_kv" not in given and isinstance(cp, int) and cp > 1:
-        out["enable_cp_shared_kv"] = DEFAULT_DEPLOYMENT["enable_cp_shared_kv"]
-    if "enable_hierarchical_cache" not in given:
-        ratio = given.get("hicache_ratio", 2.0)
-        size = given.get("hicache_size", 0)
-        ratio_ok = not isinstance(ratio, (int, float)) or ratio > 1.0
-        if size != 0 or ratio_ok:
-            out["enable_hierarchical_cache"] = DEFAULT_DEPLOYMENT["enable_hierarchical_cache"]
-    return out
-
-
-def build_config(
-    config_path: str | Path | None,
-    flag_args: Sequence[str],
-    *,
-    use_deployment_defaults: bool = True,
-    allow_repeats: bool = False,
-) -> tuple[Config, list[str]]:
-    """``(Config, ignored SGLang flags)`` from a TOML file and SGLang-spelled flags.
-
-    Precedence (lowest first): ``Config`` defaults, :data:`DEFAULT_DEPLOYMENT` (see
-    :func:`deployment_defaults`; skipped with ``use_deployment_defaults=False``), the
-    TOML file, the flags. Raises ``ConfigError`` (one line, names the flag or key); a
-    setting given twice in ``flag_args`` is refused unless ``allow_repeats`` (layered
-    flags, the last wins).
-    """
-    parsed = parse_flags(list(flag_args), allow_repeats=allow_repeats)
-    if config_path is not None:
-        _check_workload_layout(config_path)
-    file_values = _toml_table(config_path) if config_path is not None else {}
-    overrides: dict[str, object] = {}
-    if use_deployment_defaults:
-        given = {**file_values, **parsed.values}
-        overrides.update(
-            (k, v) for k, v in deployment_defaults(given).items() if k not in file_values
-        )
-    overrides.update(parsed.values)
-    # from_sources reads the file (reporting any problem in it), then applies overrides.
-    return Config.from_sources(config_path, overrides), parsed.ignored
 
 
 # --------------------------------------------------------------------------- workload
@@ -344,13 +239,14 @@ def write_trace_jsonl(records: Sequence[TraceRecord], path: str | Path) -> None:
         raise
 
 
-def load_requests(spec: WorkloadSpec, cfg: Config) -> Workload:
-    """Load ``spec`` as requests for ``cfg`` (its page size and seed).
+def load_requests(spec: WorkloadSpec, *, page_size: int, seed: int = 0) -> Workload:
+    """Load ``spec`` as requests keyed for ``page_size`` (a generator draws with ``seed``).
 
     Raises ``WorkloadError`` for trace problems (names the file and line) and
-    ``InputError`` for option values that do not fit the workload.
+    ``InputError`` for option values that do not fit the workload (or ``page_size < 1``).
     """
-    page_size = cfg.resolved_page_size
+    if page_size < 1:
+        raise InputError(f"--page-size: must be positive, got {page_size}")
     opts = spec.replay
     skipped: list[tuple[int, str]] = []
     if spec.trace is not None:
@@ -371,7 +267,7 @@ def load_requests(spec: WorkloadSpec, cfg: Config) -> Workload:
             "block_size": spec.block_size,
         }
     else:
-        generated, gen_info = generate_records(spec, cfg.seed)
+        generated, gen_info = generate_records(spec, seed)
         records = replay_records(generated, opts)
         if not records:
             raise InputError("the generated workload has no requests in the selected window")
@@ -478,7 +374,7 @@ class _ProgressBar:
 
 
 def run_replay(
-    cfg: Config,
+    settings: SimSettings,
     requests: list[Request],
     *,
     progress: bool,
@@ -486,7 +382,7 @@ def run_replay(
     description: str = "replay",
     on_start: Callable[[Engine], None] | None = None,
 ) -> SimResult:
-    """Simulate ``requests`` on ``cfg``'s deployment.
+    """Simulate ``requests`` on the deployment ``settings`` describes.
 
     ``progress``: show a progress bar on stderr (the caller decides, e.g. only when stderr
     is a terminal). ``handle_sigint``: Ctrl-C stops the replay and returns the result so
@@ -494,7 +390,7 @@ def run_replay(
     the engine is built and the handler installed, just before the run starts.
     Raises ``SimConfigError`` / ``ConfigError`` for a deployment that cannot be simulated.
     """
-    engine = Engine(cfg, requests)
+    engine = Engine(settings, requests)
     bar = _ProgressBar(description) if progress else None
     if bar is not None:
         engine.on_progress = bar.update

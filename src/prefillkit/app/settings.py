@@ -1,13 +1,22 @@
-"""One validated settings object for the scheduler and the simulator.
+"""The user-facing settings: one flat, validated :class:`Config` with every knob.
 
-Every knob is a field of :class:`Config`, spelled like SGLang's ``ServerArgs`` where SGLang
-has the flag, so a field ``chunked_prefill_size`` is the flag ``--chunked-prefill-size``.
-Each field carries ``help`` and ``group`` metadata, from which a CLI generates one option per
-field and the README prints a knob table (:func:`knob_table`).
+This is the application layer's view: every knob is a field of :class:`Config`, spelled
+like SGLang's ``ServerArgs`` where SGLang has the flag, so a field
+``chunked_prefill_size`` is the flag ``--chunked-prefill-size``. Each field carries
+``help`` and ``group`` metadata, from which the CLI generates one option per field and the
+README prints a knob table (:func:`knob_table`). A :class:`Config` is split by owner:
 
-A :class:`Config` is validated once, at construction: any impossible combination raises
-:class:`ConfigError` with one line that names the offending flag. Normalisations done at
-construction (so the stored values are canonical):
+- :meth:`Config.scheduler_config` → :class:`~prefillkit.sched.config.SchedulerConfig`,
+  the admission knobs the scheduler reads (the core);
+- :meth:`Config.sim_settings` → :class:`~prefillkit.sim.settings.SimSettings`, the
+  simulated deployment (model, GPU, parallelism, links, memory sizing), which carries
+  the scheduler config.
+
+A :class:`Config` is validated once, at construction, by building both (so each knob is
+checked by its owner) plus the checks only this layer can make (the model preset name,
+the field types): any impossible combination raises :class:`ConfigError` with one line
+that names the offending flag. Normalisations done at construction (so the stored values
+are canonical):
 
 - ``page_size`` ``None`` resolves to 64 when ``cp_size > 1`` else 1 (after construction it is
   always an ``int``; note that ``dataclasses.replace`` keeps the resolved value, so pass
@@ -17,28 +26,48 @@ construction (so the stored values are canonical):
 - ``model`` and the enum-like strings are lower-cased, ``kv_cache_dtype`` ``bfloat16`` → ``bf16``;
 - ints given for float fields become floats.
 
-``cp_symm_staging_pages`` stays ``None`` when not given; :meth:`Config.staging_identity`
-derives it, so ``dataclasses.replace`` on the extend limits never trips a stale value.
+``cp_symm_staging_pages`` stays ``None`` when not given; the scheduler config's
+``staging_identity`` derives it, so ``dataclasses.replace`` on the extend limits never
+trips a stale value.
 
-Sources: :meth:`Config.from_toml` (keys with ``_`` or ``-``, top level or a ``[prefillkit]``
-table), :func:`parse_flags` (SGLang-spelled command-line flags, with a few SGLang aliases and
-a list of SGLang launch flags that are accepted and ignored) and :meth:`Config.from_sources`
-(file first, flags override).
+Sources: :func:`read_config_file` (the one TOML reader: keys with ``_`` or ``-``, top
+level or a ``[prefillkit]`` table, plus the file's ``[workload]`` table for the workload
+options), :func:`parse_flags` (SGLang-spelled command-line flags, with a few SGLang
+aliases and a list of SGLang launch flags that are accepted and ignored) and
+:meth:`Config.from_sources` (file first, flags override).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import tomllib
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefillkit.cache.host import WRITE_POLICIES
-from prefillkit.models import MODELS, ModelSpec, get_model
+from prefillkit.models import (
+    MODELS,
+    ModelConfigError,
+    ModelSpec,
+    get_model,
+    model_from_hf_config,
+    preset_for_model_id,
+)
+from prefillkit.sched.config import (
+    SCHEDULE_POLICIES,
+    SCHEDULER_FIELDS,
+    WRITE_POLICIES,
+    ConfigError,
+    SchedulerConfig,
+    check_choice,
+    field_flag,
+)
+from prefillkit.sim.settings import KV_CACHE_DTYPES, MODES, SimSettings
 from prefillkit.text import one_line as _one_line
 from prefillkit.text import suggest as _suggest
 
@@ -50,23 +79,17 @@ __all__ = [
     "WRITE_POLICIES",
     "Config",
     "ConfigError",
+    "ConfigFile",
     "ParsedFlags",
     "blame_config_file",
     "describe",
     "field_flag",
     "knob_table",
     "parse_flags",
+    "read_config_file",
 ]
 
 
-class ConfigError(ValueError):
-    """An impossible or malformed setting. The message is one line naming the flag/key."""
-
-
-SCHEDULE_POLICIES: tuple[str, ...] = ("fcfs", "lpm", "dfs-weight", "lof", "random")
-PRIORITY_POLICIES: tuple[str, ...] = ("fcfs", "lof")
-MODES: tuple[str, ...] = ("pd-prefill", "colocated")
-KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2")
 _KV_DTYPE_ALIASES: dict[str, str] = {"bfloat16": "bf16"}
 
 #: Field groups, in the order a CLI/README should present them.
@@ -87,11 +110,6 @@ def _knob(default: Any, help: str, group: str) -> Any:
     if group not in GROUPS:  # pragma: no cover - programming error
         raise AssertionError(f"unknown group {group!r}")
     return field(default=default, metadata={"help": help, "group": group})
-
-
-def field_flag(name: str) -> str:
-    """Command-line spelling of a field: ``chunked_prefill_size`` → ``--chunked-prefill-size``."""
-    return "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +300,20 @@ class Config:
 
     # ----------------------------------------------------------------- deployment / simulator
     model: str = _knob("glm-5", f"Model preset: {', '.join(MODELS)}.", "deployment")
+    model_path: str | None = _knob(
+        None,
+        "SGLang's --model-path: a Hugging Face id of a preset selects it "
+        "(deepseek-ai/DeepSeek-V3 -> deepseek-v3, ...); a local config.json, or a folder "
+        "holding one, is read; any other id needs --model-config.",
+        "deployment",
+    )
+    model_config: str | None = _knob(
+        None,
+        "A Hugging Face config.json (or a folder holding one) to build the model from "
+        "(layers, heads, KV/latent dims, experts, DSA indexer, dtype); wins over --model "
+        "and --model-path's preset.",
+        "deployment",
+    )
     gpu: str = _knob("h200", "GPU preset name (validated by the simulator).", "deployment")
     mode: str = _knob(
         "pd-prefill", "pd-prefill (prefill instance of a PD pair) or colocated.", "deployment"
@@ -346,292 +378,58 @@ class Config:
             put(name, getattr(self, name).strip().lower())
 
     def _validate(self) -> None:
-        page = self.page_size
-        assert page is not None
+        check_choice("model", self.model, tuple(MODELS))
+        self.sim_settings()  # resolves the model and builds (validates) both configs
 
-        # Sizes and ranges.
-        _positive("page_size", page)
-        _positive("max_total_tokens", self.max_total_tokens)
-        _positive("kv_bytes_per_token", self.kv_bytes_per_token)
-        if not 0.0 < self.mem_fraction_static <= 1.0:
-            _fail("mem_fraction_static", f"must be in (0, 1], got {self.mem_fraction_static}")
-        _positive("device_memory_gb", self.device_memory_gb)
-        _positive("max_prefill_tokens", self.max_prefill_tokens)
-        if self.chunked_prefill_size is not None:
-            if self.chunked_prefill_size <= 0:
-                _fail(
-                    "chunked_prefill_size",
-                    f"must be positive, or -1 to disable chunking, got {self.chunked_prefill_size}",
-                )
-            if self.chunked_prefill_size % page:
-                _fail(
-                    "chunked_prefill_size",
-                    f"must be a multiple of --page-size {page}, got {self.chunked_prefill_size}",
-                )
-        _positive("max_running_requests", self.max_running_requests)
-        if self.lpm_fallback_queue_len is not None and self.lpm_fallback_queue_len < 0:
-            _fail(
-                "lpm_fallback_queue_len",
-                f"must be >= 0, or -1 for never, got {self.lpm_fallback_queue_len}",
-            )
-        if self.schedule_max_wait_s is not None and not (
-            0.0 <= self.schedule_max_wait_s < math.inf
-        ):
-            _fail(
-                "schedule_max_wait_s",
-                f"must be >= 0 seconds, or -1 for off, got {self.schedule_max_wait_s}",
-            )
-        _positive("schedule_conservativeness", self.schedule_conservativeness)
-        if not 0.0 < self.init_new_token_ratio <= 1.0:
-            _fail("init_new_token_ratio", f"must be in (0, 1], got {self.init_new_token_ratio}")
-        if not 0.0 <= self.min_new_token_ratio_factor <= 1.0:
-            _fail(
-                "min_new_token_ratio_factor",
-                f"must be in [0, 1], got {self.min_new_token_ratio_factor}",
-            )
-        _positive("new_token_ratio_decay_steps", self.new_token_ratio_decay_steps)
-        _positive("clip_max_new_tokens", self.clip_max_new_tokens)
-        _non_negative(
-            "priority_scheduling_preemption_threshold",
-            self.priority_scheduling_preemption_threshold,
-        )
-        if self.hicache_ratio <= 0:
-            _fail("hicache_ratio", f"must be positive, got {self.hicache_ratio}")
-        _non_negative("hicache_size", self.hicache_size)
-        _positive("hicache_write_through_threshold", self.hicache_write_through_threshold)
-        _non_negative("hicache_load_back_threshold", self.hicache_load_back_threshold)
-        _positive("tp_size", self.tp_size)
-        _positive("cp_size", self.cp_size)
-        _positive("cp_shared_kv_prefill_max_requests", self.cp_shared_kv_prefill_max_requests)
-        _positive(
-            "cp_shared_kv_prefill_max_total_extend_tokens",
-            self.cp_shared_kv_prefill_max_total_extend_tokens,
-        )
-        _positive(
-            "cp_shared_kv_prefill_max_cached_tokens", self.cp_shared_kv_prefill_max_cached_tokens
-        )
-        _positive("cp_shared_kv_prefill_max_buffer_size", self.cp_shared_kv_prefill_max_buffer_size)
-        _positive("cp_symm_staging_pages", self.cp_symm_staging_pages)
-        _positive("affinity_warm_floor_tokens", self.affinity_warm_floor_tokens)
-        _positive("affinity_skip_window", self.affinity_skip_window)
-        _non_negative("affinity_max_head_defers", self.affinity_max_head_defers)
-        _non_negative("affinity_max_age_s", self.affinity_max_age_s)
-        _positive("kv_transfer_bandwidth_gbps", self.kv_transfer_bandwidth_gbps)
-        _positive("nvlink_bandwidth_gbps", self.nvlink_bandwidth_gbps)
-        _positive("net_bandwidth_gbps", self.net_bandwidth_gbps)
-        if self.ep_size not in (1, self.tp_size):
-            _fail("ep_size", f"must be 1 or --tp-size {self.tp_size}, got {self.ep_size}")
-        _positive("h2d_bandwidth_gbps", self.h2d_bandwidth_gbps)
-        _non_negative("seed", self.seed)
+    # ----------------------------------------------------------------- the split
+    def scheduler_config(self) -> SchedulerConfig:
+        """The admission knobs as the scheduler's own config (validated there)."""
+        values = {name: getattr(self, name) for name in SCHEDULER_FIELDS}
+        return SchedulerConfig(**values)
 
-        # Enumerations.
-        _choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
-        _choice("schedule_policy", self.schedule_policy, SCHEDULE_POLICIES)
-        _choice("hicache_write_policy", self.hicache_write_policy, WRITE_POLICIES)
-        _choice("mode", self.mode, MODES)
-        _choice("model", self.model, tuple(MODELS))
-        if not self.gpu:
-            _fail("gpu", "must not be empty")
-
-        # Combinations.
-        if self.enable_priority_scheduling and self.schedule_policy not in PRIORITY_POLICIES:
-            _fail(
-                "enable_priority_scheduling",
-                f"requires --schedule-policy fcfs or lof, got {self.schedule_policy}",
-            )
-        if self.enable_preempt_on_no_token and not self.enable_priority_scheduling:
-            _fail("enable_preempt_on_no_token", "requires --enable-priority-scheduling")
-        if self.enable_preempt_on_no_token and not self.enable_priority_preemption:
-            _fail(
-                "enable_preempt_on_no_token",
-                "requires priority preemption (--enable-priority-preemption)",
-            )
-        if (
-            self.enable_hierarchical_cache
-            and self.hicache_size == 0
-            and not self.hicache_ratio > 1.0
-        ):
-            _fail(
-                "hicache_ratio",
-                f"must be > 1 with --enable-hierarchical-cache and --hicache-size 0 "
-                f"(the host pool must be larger than the device pool), got {self.hicache_ratio}",
-            )
-        if self.tp_size % self.cp_size:
-            _fail("cp_size", f"{self.cp_size} must divide --tp-size {self.tp_size}")
-        if self.enable_cp_shared_kv and self.cp_size <= 1:
-            _fail("enable_cp_shared_kv", "requires --cp-size > 1 (context parallelism)")
-        if self.enable_cp_shared_kv_prefill_bs_gt1 and not self.enable_cp_shared_kv:
-            _fail(
-                "enable_cp_shared_kv_prefill_bs_gt1",
-                "requires --enable-cp-shared-kv (CP shared-KV prefill)",
-            )
-        extend = self.cp_shared_kv_prefill_max_total_extend_tokens
-        if extend is not None and extend % page:
-            _fail(
-                "cp_shared_kv_prefill_max_total_extend_tokens",
-                f"must be a multiple of --page-size {page}, got {extend}",
-            )
-        if self.cp_prefill_mix_chunked:
-            if not self.enable_cp_shared_kv_prefill_bs_gt1:
-                _fail("cp_prefill_mix_chunked", "requires --enable-cp-shared-kv-prefill-bs-gt1")
-            if self.cp_extend_cap is None:
-                _fail(
-                    "cp_prefill_mix_chunked",
-                    "requires an extend cap: --cp-shared-kv-prefill-max-total-extend-tokens "
-                    "or --chunked-prefill-size",
-                )
-            if self.cp_shared_kv_prefill_max_requests is None:
-                _fail(
-                    "cp_prefill_mix_chunked",
-                    "requires --cp-shared-kv-prefill-max-requests "
-                    "(one staging page of tail slack per request)",
-                )
-            cap_pages, slack_pages, _ = self.staging_identity()
-            given = self.cp_symm_staging_pages
-            if given is not None and given != cap_pages + slack_pages:
-                _fail(
-                    "cp_symm_staging_pages",
-                    f"{given} breaks the staging identity with --cp-prefill-mix-chunked: "
-                    f"extend cap {cap_pages} pages + request slack {slack_pages} pages "
-                    f"= {cap_pages + slack_pages}",
-                )
+    def sim_settings(self) -> SimSettings:
+        """The simulated deployment, carrying :meth:`scheduler_config` (validated there)."""
+        return SimSettings(
+            self.scheduler_config(),
+            model=self.model_spec,
+            **{name: getattr(self, name) for name in _SIM_FIELDS},
+        )
 
     # ----------------------------------------------------------------- derived values
     @property
     def resolved_page_size(self) -> int:
-        """The page size (always resolved at construction; kept for readability)."""
+        """The page size (always resolved at construction)."""
         assert self.page_size is not None
         return self.page_size
 
     @property
-    def chunking_enabled(self) -> bool:
-        return self.chunked_prefill_size is not None
-
-    @property
-    def host_cache_enabled(self) -> bool:
-        return self.enable_hierarchical_cache
-
-    @property
-    def resolved_kv_cache_dtype(self) -> str:
-        """``auto`` resolves to ``bf16``."""
-        return "bf16" if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
-
-    @property
     def model_spec(self) -> ModelSpec:
-        return get_model(self.model)
-
-    @property
-    def resolved_kv_bytes_per_token(self) -> int:
-        if self.kv_bytes_per_token is not None:
-            return self.kv_bytes_per_token
-        return self.model_spec.kv_bytes_per_token(self.resolved_kv_cache_dtype)
-
-    @property
-    def kv_lanes(self) -> int:
-        """Owner lanes of the KV pool: ``cp_size`` with CP shared-KV, else 1."""
-        return self.cp_size if self.enable_cp_shared_kv else 1
-
-    @property
-    def cp_extend_cap(self) -> int | None:
-        """Static CP extend limit: min of the CP extend limit and the chunk size when both set."""
-        limits = [
-            v
-            for v in (self.cp_shared_kv_prefill_max_total_extend_tokens, self.chunked_prefill_size)
-            if v is not None
-        ]
-        return min(limits) if limits else None
-
-    def staging_identity(self) -> tuple[int, int, int]:
-        """``(extend_cap_pages, slack_pages, staging_pages)``.
-
-        ``extend_cap_pages = ceil(cp_extend_cap / page_size)`` (0 without any cap),
-        ``slack_pages = cp_shared_kv_prefill_max_requests`` (0 when unset) and
-        ``staging_pages`` = the given ``cp_symm_staging_pages`` or, when unset, their sum.
-        With ``cp_prefill_mix_chunked`` on, construction guarantees
-        ``extend_cap_pages + slack_pages == staging_pages``.
-        """
-        page = self.resolved_page_size
-        cap = self.cp_extend_cap
-        cap_pages = 0 if cap is None else -(-cap // page)
-        slack = self.cp_shared_kv_prefill_max_requests or 0
-        staging = self.cp_symm_staging_pages
-        return cap_pages, slack, cap_pages + slack if staging is None else staging
-
-    def total_pages(
-        self, weights_bytes_per_gpu: float, device_memory_gb: float | None = None
-    ) -> int:
-        """KV pool size in pages, all owner lanes together.
-
-        With ``max_total_tokens`` set: ``max_total_tokens // page_size``. Otherwise per-GPU KV
-        bytes = ``device_memory_gb·1e9·mem_fraction_static − weights_bytes_per_gpu``, tokens per
-        GPU = that // ``resolved_kv_bytes_per_token``, pages per lane = tokens // page_size, and
-        the pool has ``kv_lanes`` lanes (CP shared-KV shards the pool over ``cp_size`` GPUs;
-        otherwise every GPU holds the full KV). ``device_memory_gb`` defaults to the field.
-        """
-        page = self.resolved_page_size
-        lanes = self.kv_lanes
-        if self.max_total_tokens is not None:
-            pages = self.max_total_tokens // page
-            if pages // lanes <= 0:
-                raise ConfigError(
-                    f"--max-total-tokens: {self.max_total_tokens} tokens is less than one page "
-                    f"of {page} tokens per KV lane ({lanes} lanes)"
-                )
-            return pages
-        mem_gb = self.device_memory_gb if device_memory_gb is None else device_memory_gb
-        if mem_gb is None:
-            raise ConfigError("--device-memory-gb: not set and no GPU preset value given")
-        if not math.isfinite(mem_gb) or mem_gb <= 0:
-            given = mem_gb if self.device_memory_gb is None else self.device_memory_gb
-            raise ConfigError(f"--device-memory-gb: {given:g} GB is not a usable memory size")
-        budget = mem_gb * 1e9 * self.mem_fraction_static
-        kv_bytes = budget - weights_bytes_per_gpu
-        per_gpu_tokens = int(kv_bytes // self.resolved_kv_bytes_per_token) if kv_bytes > 0 else 0
-        pages_per_lane = per_gpu_tokens // page
-        if pages_per_lane <= 0:
-            raise ConfigError(
-                "--mem-fraction-static/--device-memory-gb: no memory left for KV after weights "
-                f"({mem_gb:g} GB x {self.mem_fraction_static:g} = {budget / 1e9:.2f} GB, "
-                f"weights {weights_bytes_per_gpu / 1e9:.2f} GB per GPU, "
-                f"{self.resolved_kv_bytes_per_token} KV bytes per token, page {page})"
-            )
-        return pages_per_lane * lanes
-
-    def host_pages(self, device_pages: int) -> int:
-        """Host (L2) pool size in pages; 0 when the host cache is off.
-
-        ``hicache_size`` GB per GPU when set (per-lane pages × ``kv_lanes``), else
-        ``int(device_pages · hicache_ratio)``.
-        """
-        if not self.host_cache_enabled:
-            return 0
-        if self.hicache_size > 0:
-            per_gpu_tokens = int(self.hicache_size * 1e9) // self.resolved_kv_bytes_per_token
-            return (per_gpu_tokens // self.resolved_page_size) * self.kv_lanes
-        pages = device_pages * self.hicache_ratio
-        if not math.isfinite(pages):
-            raise ConfigError(
-                f"--hicache-ratio: {self.hicache_ratio:g} x {device_pages} device pages "
-                "is too large a host pool"
-            )
-        return int(pages)
+        """The model: from ``model_config`` if set, else ``model_path`` (a preset's
+        Hugging Face id, or a local config.json / folder), else the ``model`` preset.
+        Raises ``ConfigError`` naming the flag (an unknown id names both flags)."""
+        return resolve_model(self.model, self.model_path, self.model_config)
 
     # ----------------------------------------------------------------- loading
     @classmethod
     def from_toml(cls, path: str | Path) -> Config:
         """Load a TOML file (top-level keys or a ``[prefillkit]`` table; ``_`` or ``-``)."""
-        values = _load_toml_values(path)
+        values = read_config_file(path).values
         try:
             return cls(**values)  # type: ignore[arg-type]  # NOTE: values checked in __post_init__
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
 
     @classmethod
-    def from_sources(cls, toml_path: str | Path | None, flags: dict[str, object]) -> Config:
-        """File settings first (if a path is given), then ``flags`` (field names) override."""
+    def from_sources(
+        cls, config_file: str | Path | ConfigFile | None, flags: dict[str, object]
+    ) -> Config:
+        """File settings first (if a file or path is given), then ``flags`` (field names)
+        override. An error caused by a file setting is prefixed with the file's path."""
+        if config_file is not None and not isinstance(config_file, ConfigFile):
+            config_file = read_config_file(config_file)
         values: dict[str, object] = {}
-        if toml_path is not None:
-            values.update(_load_toml_values(toml_path))
+        if config_file is not None:
+            values.update(config_file.values)
         flag_names: set[str] = set()
         for key, value in flags.items():
             name = key.replace("-", "_")
@@ -642,16 +440,16 @@ class Config:
         try:
             return cls(**values)  # type: ignore[arg-type]  # NOTE: values checked in __post_init__
         except ConfigError as exc:
-            raise ConfigError(blame_config_file(str(exc), toml_path, flag_names)) from None
+            raise ConfigError(blame_config_file(str(exc), config_file, flag_names)) from None
 
 
 def blame_config_file(
-    message: str, toml_path: str | Path | None, flag_names: typing.Iterable[str]
+    message: str, config_file: ConfigFile | None, flag_names: Iterable[str]
 ) -> str:
-    """``message`` prefixed with ``"{toml_path}: "`` when the setting it starts with
-    (``--flag ...``) comes from that TOML file rather than from a command-line flag
+    """``message`` prefixed with ``"{path}: "`` when the setting it starts with
+    (``--flag ...``) comes from ``config_file`` rather than from a command-line flag
     (``flag_names``: field names given as flags), so the error names its source."""
-    if toml_path is None or message.startswith(f"{toml_path}:"):
+    if config_file is None or message.startswith(f"{config_file.path}:"):
         return message
     m = re.match(r"--([a-z0-9-]+)", message)
     if m is None:
@@ -659,11 +457,7 @@ def blame_config_file(
     name = m.group(1).replace("-", "_")
     if name not in _FIELD_NAMES or name in set(flag_names):
         return message
-    try:
-        in_file = name in _load_toml_values(toml_path)
-    except ConfigError:
-        return message
-    return f"{toml_path}: {message}" if in_file else message
+    return f"{config_file.path}: {message}" if name in config_file.values else message
 
 
 # --------------------------------------------------------------------- type checking
@@ -687,6 +481,14 @@ def _field_types() -> dict[str, _TypeSpec]:
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config))
+#: Config fields that :class:`SimSettings` takes as they are (``scheduler`` and ``model``
+#: are built from the rest).
+_SIM_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(SimSettings) if f.name not in ("scheduler", "model")
+)
+_APP_FIELDS: tuple[str, ...] = ("model", "model_path", "model_config")
+assert set(SCHEDULER_FIELDS) | set(_SIM_FIELDS) | set(_APP_FIELDS) == set(_FIELD_NAMES)
+assert not set(SCHEDULER_FIELDS) & set(_SIM_FIELDS)
 _FIELD_TYPES: dict[str, _TypeSpec] = _field_types()
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _TYPE_WORDS: dict[type, str] = {
@@ -739,23 +541,62 @@ def _check_type(name: str, value: object, prefix: str = "") -> object:
     raise _type_error(name, value, prefix)
 
 
-def _fail(name: str, message: str) -> typing.NoReturn:
-    raise ConfigError(_one_line(f"{field_flag(name)} {message}"))
+# --------------------------------------------------------------------- the model
+
+MODEL_CONFIG_DIR = Path(__file__).resolve().parents[1] / "model_configs"
 
 
-def _positive(name: str, value: float | None) -> None:
-    if value is not None and value <= 0:
-        _fail(name, f"must be positive, got {value}")
+def _config_json(path: Path) -> Path | None:
+    """``path`` if it is a file, ``path/config.json`` if that exists, else None."""
+    if path.is_file():
+        return path
+    candidate = path / "config.json"
+    return candidate if candidate.is_file() else None
 
 
-def _non_negative(name: str, value: float | None) -> None:
-    if value is not None and value < 0:
-        _fail(name, f"must be >= 0, got {value}")
+def read_model_config(path: str | Path, flag: str, name: str | None = None) -> ModelSpec:
+    """The model of a Hugging Face ``config.json`` (a file, or a folder holding one).
+
+    ``name`` defaults to the folder's (or, for a bare file, the file's stem) name, lower
+    case. Raises ``ConfigError`` starting with ``flag`` and the path."""
+    where = Path(path)
+    file = _config_json(where)
+    if file is None:
+        raise ConfigError(f"{flag} {path}: no such file, and no folder holding a config.json")
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{flag} {file}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{flag} {file}: not a JSON config: {_one_line(str(exc))}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{flag} {file}: expected a JSON object (a Hugging Face config.json)")
+    if name is None:
+        stem = file.parent.name if file.name == "config.json" else file.stem
+        name = stem.lower() or "model"
+    try:
+        return model_from_hf_config(raw, name)
+    except ModelConfigError as exc:
+        raise ConfigError(f"{flag} {file}: {exc}") from None
 
 
-def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        _fail(name, f"must be one of {', '.join(choices)}, got {value!r}{_suggest(value, choices)}")
+def resolve_model(model: str, model_path: str | None, model_config: str | None) -> ModelSpec:
+    """See :attr:`Config.model_spec`."""
+    if model_config is not None:
+        preset = preset_for_model_id(model_path) if model_path else None
+        return read_model_config(model_config, "--model-config", preset)
+    if model_path is not None:
+        preset = preset_for_model_id(model_path)
+        if preset is not None:
+            return get_model(preset)
+        if _config_json(Path(model_path)) is not None:
+            return read_model_config(model_path, "--model-path")
+        raise ConfigError(
+            f"--model-path {model_path}: not the Hugging Face id of a model preset and not "
+            "a local config.json or a folder holding one; give --model-config PATH (the "
+            f"model's Hugging Face config.json) or --model NAME ({', '.join(MODELS)})"
+        )
+    return get_model(model)
 
 
 # --------------------------------------------------------------------- TOML
@@ -763,7 +604,8 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 _NULL_WORDS = frozenset({"none", "null"})
 
 
-def _load_toml_values(path: str | Path) -> dict[str, object]:
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The parsed TOML document at ``path``; one-line ``ConfigError`` s naming the file."""
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
@@ -775,10 +617,36 @@ def _load_toml_values(path: str | Path) -> dict[str, object]:
             f"{path}: not valid UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8"
         ) from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except ValueError as exc:  # TOMLDecodeError, or an integer over Python's digit limit
         raise ConfigError(f"{path}: invalid TOML: {_one_line(str(exc))}") from None
 
+
+@dataclass(frozen=True, slots=True)
+class ConfigFile:
+    """A ``--config`` file, read and checked once (:func:`read_config_file`).
+
+    ``values``: its settings by field name, typed; ``document``: the whole parsed file
+    (its ``[workload]`` table is read from here by the workload options).
+    """
+
+    path: str
+    values: dict[str, object]
+    document: dict[str, Any]
+
+
+def read_config_file(path: str | Path) -> ConfigFile:
+    """Read a config file: settings at the top level or in a ``[prefillkit]`` table
+    (``_`` or ``-`` spellings; ``none``/``null`` unsets an optional one), beside an
+    optional ``[workload]`` table (which needs the ``[prefillkit]`` table). Each value is
+    type-checked; ranges and combinations are checked when a :class:`Config` is built.
+    Raises ``ConfigError`` naming the file (and the key)."""
+    data = read_toml(path)
+    if isinstance(data.get("workload"), dict) and "prefillkit" not in data:
+        raise ConfigError(
+            f"{path}: a file with a [workload] table keeps its config settings in a "
+            "[prefillkit] table (an empty one is fine)"
+        )
     table: dict[str, Any] = data
     if "prefillkit" in data:
         section = data["prefillkit"]
@@ -803,7 +671,7 @@ def _load_toml_values(path: str | Path) -> dict[str, object]:
         if nullable and isinstance(value, str) and value.strip().lower() in _NULL_WORDS:
             value = None
         values[name] = _check_type(name, value, prefix=f"{path}: setting {key!r}")
-    return values
+    return ConfigFile(str(path), values, data)
 
 
 # --------------------------------------------------------------------- flags
@@ -829,8 +697,7 @@ _ALIASES: dict[str, str] = {
 }
 
 #: SGLang launch flags accepted and ignored (they do not affect admission): flag → takes value.
-_IGNORED_FLAGS: dict[str, bool] = {
-    "--model-path": True,
+IGNORED_FLAGS: dict[str, bool] = {
     "--tokenizer-path": True,
     "--host": True,
     "--port": True,
@@ -842,9 +709,6 @@ _IGNORED_FLAGS: dict[str, bool] = {
     "--log-level": True,
     "--disable-cuda-graph": False,
     "--cuda-graph-max-bs": True,
-    "--dp-size": True,
-    "--dp": True,
-    "--enable-dp-attention": False,
     "--moe-a2a-backend": True,
     "--attention-backend": True,
     "--speculative-algorithm": True,
@@ -858,13 +722,64 @@ _IGNORED_FLAGS: dict[str, bool] = {
     "--quantization": True,
 }
 
+_IGNORED_FLAGS = IGNORED_FLAGS
+
+#: SGLang launch flags that change admission but are not modelled: refused with the reason
+#: (flag → (takes a value, reason)). A data-parallel size of 1 is accepted (and ignored).
+REFUSED_FLAGS: dict[str, tuple[bool, str]] = {
+    "--enable-dp-attention": (
+        False,
+        "DP attention runs one scheduler per DP rank, and data-parallel replicas are not "
+        "modelled; leave it out to simulate one rank's scheduler",
+    ),
+    "--dp": (True, "data-parallel replicas (one scheduler each) are not modelled"),
+    "--dp-size": (True, "data-parallel replicas (one scheduler each) are not modelled"),
+    "--data-parallel-size": (True, "data-parallel replicas (one scheduler each) are not modelled"),
+    "--disable-radix-cache": (
+        False,
+        "a no-prefix-cache mode is not modelled (prefillkit always runs the radix cache)",
+    ),
+    "--enable-mixed-chunk": (
+        False,
+        "mixing decode tokens into prefill batches is not modelled",
+    ),
+    "--hicache-storage-backend": (
+        True,
+        "HiCache's storage (L3) tier is not modelled; the host (L2) tier is "
+        "(--enable-hierarchical-cache)",
+    ),
+    "--pp-size": (True, "pipeline parallelism is not modelled"),
+    "--pipeline-parallel-size": (True, "pipeline parallelism is not modelled"),
+    "--max-queued-requests": (True, "a waiting-queue length limit is not modelled"),
+}
+_DP_FLAGS: frozenset[str] = frozenset({"--dp", "--dp-size", "--data-parallel-size"})
+
 _SPECIAL_FLAGS: tuple[str, ...] = ("--disaggregation-mode", "--disable-priority-preemption")
 _TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
 _FALSE_WORDS = frozenset({"false", "0", "no", "off"})
 
 
-def _known_flags() -> list[str]:
-    return [*_FLAG_TO_FIELD, *_ALIASES, *_IGNORED_FLAGS, *_SPECIAL_FLAGS]
+def suggest_flag(flag: str, also_accepted: typing.Iterable[str] = ()) -> str:
+    """``" (did you mean '--x'?)"`` for an unknown ``flag``, or ``""``.
+
+    Only a flag that sets something is suggested (:func:`accepted_flags` plus
+    ``also_accepted``, e.g. the command's own options), and only when it is the closest
+    of every flag known, ignored and refused ones included: a misspelt
+    ``--disable-radix-cache`` is not sent to ``--enable-hierarchical-cache``.
+    """
+    accepted = [*accepted_flags(), *also_accepted]
+    hint = _suggest(flag, [*accepted, *IGNORED_FLAGS, *REFUSED_FLAGS])
+    if not hint:
+        return ""
+    best = hint.split("'")[1]
+    return hint if best in accepted else ""
+
+
+def accepted_flags() -> list[str]:
+    """The flags that set something (config fields, SGLang aliases, the special
+    spellings): the only candidates of a "did you mean" (never an ignored or refused
+    flag)."""
+    return [*_FLAG_TO_FIELD, *_ALIASES, *_SPECIAL_FLAGS]
 
 
 def _parse_bool(flag: str, text: str) -> bool:
@@ -991,7 +906,17 @@ def parse_flags(argv: list[str], *, allow_repeats: bool = False) -> ParsedFlags:
                 raise ConfigError(f"{flag}: takes no value")
             result.ignored.append(flag)
             continue
-        raise ConfigError(f"unknown flag {flag!r}{_suggest(flag, _known_flags())}")
+        if flag in REFUSED_FLAGS:
+            takes_value, reason = REFUSED_FLAGS[flag]
+            if takes_value:
+                text = take_value()
+                if flag in _DP_FLAGS and text.strip() == "1":
+                    result.ignored.append(flag)  # one replica: what is modelled
+                    continue
+            elif has_inline and _parse_bool(flag, inline) is False:
+                continue  # --flag=false: the default, nothing to refuse
+            raise ConfigError(f"{flag}: not supported: {reason}")
+        raise ConfigError(f"unknown flag {flag!r}{suggest_flag(flag)}")
     return result
 
 
@@ -1015,15 +940,20 @@ def knob_table() -> list[tuple[str, str, str]]:
 
 
 def describe(cfg: Config) -> dict[str, object]:
-    """Every field with its resolved value (JSON-serialisable; ``Config(**describe(c))`` works).
+    """Every field with its resolved value (JSON-serialisable; ``Config(**describe(c))``
+    works for a preset model).
 
-    Resolved: ``page_size``, ``kv_cache_dtype`` (auto → bf16), ``kv_bytes_per_token`` (from
-    the model preset) and ``cp_symm_staging_pages`` (derived when ``cp_prefill_mix_chunked``).
+    Resolved: ``model`` (the model's name: the preset ``--model-path`` selects, or the name
+    a ``config.json`` model gets), ``page_size``, ``kv_cache_dtype`` (auto → bf16),
+    ``kv_bytes_per_token`` (from the model) and ``cp_symm_staging_pages`` (derived when
+    ``cp_prefill_mix_chunked``).
     """
+    sim = cfg.sim_settings()
     out: dict[str, object] = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    out["model"] = sim.model.name
     out["page_size"] = cfg.resolved_page_size
-    out["kv_cache_dtype"] = cfg.resolved_kv_cache_dtype
-    out["kv_bytes_per_token"] = cfg.resolved_kv_bytes_per_token
+    out["kv_cache_dtype"] = sim.resolved_kv_cache_dtype
+    out["kv_bytes_per_token"] = sim.resolved_kv_bytes_per_token
     if cfg.cp_prefill_mix_chunked:
-        out["cp_symm_staging_pages"] = cfg.staging_identity()[2]
+        out["cp_symm_staging_pages"] = sim.scheduler.staging_identity()[2]
     return out

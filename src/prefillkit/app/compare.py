@@ -42,7 +42,6 @@ import re
 import shlex
 import signal
 import time
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -50,10 +49,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefillkit.config import Config, ConfigError, field_flag, parse_flags
-from prefillkit.runner import InputError, Workload, build_config, run_replay
+from prefillkit.app.launch import build_config
+from prefillkit.app.replay import InputError, Workload, run_replay
+from prefillkit.app.settings import (
+    Config,
+    ConfigError,
+    ConfigFile,
+    describe,
+    field_flag,
+    parse_flags,
+    read_config_file,
+    read_toml,
+)
 from prefillkit.sim.engine import Engine, SimConfigError
-from prefillkit.sim.output import atomic_write_text, json_ready, write_run
+from prefillkit.sim.output import atomic_write_text, json_ready, summary_document, write_run
 from prefillkit.text import suggest
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.record import TraceRecord, to_request
@@ -247,17 +256,9 @@ def load_variants_file(path: str | Path) -> list[Variant]:
     """The variants of a ``--variants-file`` (see the module docstring for the format)."""
     file = Path(path)
     try:
-        text = file.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise VariantError(f"--variants-file {path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise VariantError(f"--variants-file {path}: not valid UTF-8 text ({exc.reason})") from None
-    try:
-        data = tomllib.loads(text)
-    except ValueError as exc:  # TOMLDecodeError, or an integer over Python's digit limit
-        raise VariantError(
-            f"--variants-file {path}: invalid TOML: {' '.join(str(exc).split())}"
-        ) from None
+        data = read_toml(file)
+    except ConfigError as exc:  # names the file: cannot read, not UTF-8, invalid TOML
+        raise VariantError(f"--variants-file {exc}") from None
     keys = [k for k in data if k in ("variant", "variants")]
     unknown = [k for k in data if k not in ("variant", "variants")]
     if unknown:
@@ -317,9 +318,8 @@ def _settings_flags(settings: Sequence[tuple[str, object]]) -> list[str]:
 
 
 def _toml_settings(path: str) -> list[tuple[str, object]]:
-    from prefillkit.config import _load_toml_values  # the --config reader: same checks
-
-    return list(_load_toml_values(path).items())
+    """A variant's TOML file as settings (the ``--config`` reader: same checks)."""
+    return list(read_config_file(path).values.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,22 +335,31 @@ class PreparedVariant:
         return self.variant.name
 
 
-def check_shared_settings(config_path: str | None, flags: Sequence[str]) -> list[str]:
-    """Check the shared ``--config`` file and flags on their own; returns ignored flags.
+def check_shared_settings(
+    config_path: str | None, flags: Sequence[str]
+) -> tuple[ConfigFile | None, list[str]]:
+    """Check the shared ``--config`` file and flags on their own: ``(the file as read,
+    the ignored SGLang flags)``.
 
     Only their spelling and types: a combination only becomes a config per variant.
     Raises ``ConfigError`` (not prefixed with a variant name).
     """
     parsed = parse_flags(list(flags))
-    if config_path is not None:
-        _toml_settings(config_path)
-    return parsed.ignored
+    file = read_config_file(config_path) if config_path is not None else None
+    return file, parsed.ignored
 
 
 def prepare_variants(
-    variants: Sequence[Variant], shared_config: str | None, shared_flags: Sequence[str]
+    variants: Sequence[Variant],
+    shared_config: ConfigFile | None,
+    shared_flags: Sequence[str],
+    *,
+    preset: str | None = None,
 ) -> list[PreparedVariant]:
     """Resolve every variant's config and check its deployment can be simulated.
+
+    The base deployment (``preset``, else chosen from the shared flags and file: see
+    :func:`~prefillkit.app.launch.build_config`) is the same for every variant.
 
     Errors are ``VariantError`` lines starting ``variant 'NAME': ``.
     """
@@ -361,8 +370,10 @@ def prepare_variants(
             own = parse_flags(list(v.flags))  # the variant's own mistakes, before combining
             file_flags = _settings_flags(_toml_settings(v.config_file)) if v.config_file else []
             args = [*shared_flags, *file_flags, *_settings_flags(v.settings), *v.flags]
-            cfg, _ = build_config(shared_config, args, allow_repeats=True)  # layered
-            Engine(cfg, [])  # deployment checks (GPU preset, buffer limit, pool sizes)
+            cfg = build_config(  # layered: the last setting wins
+                shared_config, args, preset=preset, base_args=shared_flags, allow_repeats=True
+            ).config
+            Engine(cfg.sim_settings(), [])  # deployment checks (GPU, buffer limit, pool)
         except ValueError as exc:  # ConfigError, SimConfigError, InputError, ...
             raise VariantError(prefix + " ".join(str(exc).split())) from None
         out.append(PreparedVariant(variant=v, config=cfg, ignored=tuple(own.ignored)))
@@ -399,8 +410,11 @@ def _run_one(name: str, cfg: Config, workload_info: dict[str, Any], out_dir: str
     t0 = time.perf_counter()
     page_size = cfg.resolved_page_size
     requests = [to_request(r, page_size) for r in _WORKER_RECORDS]
-    result = run_replay(cfg, requests, progress=False, handle_sigint=False, description=name)
-    write_run(result, out_dir, name=name, config=cfg, workload=workload_info)
+    result = run_replay(
+        cfg.sim_settings(), requests, progress=False, handle_sigint=False, description=name
+    )
+    doc = summary_document(result, name=name, config=describe(cfg), workload=workload_info)
+    write_run(result, out_dir, doc)
     completed = result.summary.get("completed", 0)
     return VariantOutcome(
         name=name,

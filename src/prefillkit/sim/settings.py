@@ -1,0 +1,211 @@
+"""The simulated deployment: model, GPUs, parallelism, links and memory sizing.
+
+:class:`SimSettings` holds what the simulator needs beyond the scheduler's own
+:class:`~prefillkit.sched.config.SchedulerConfig` (which it carries as ``scheduler``): the
+model's shapes, the GPU preset and its link overrides, TP/EP (CP comes from the scheduler
+config: it shapes admission), two-batch overlap, the KV dtype and bytes, the memory sizing
+that turns GPU memory into KV pool pages (:meth:`SimSettings.total_pages`,
+:meth:`SimSettings.host_pages`) and the debug invariant check. Validated at construction;
+errors are one-line :class:`~prefillkit.sched.config.ConfigError` naming the flag.
+
+It imports nothing from the application layer: the command line's flat settings
+(``prefillkit.app.settings``) produce one of these; a script can build one directly::
+
+    SimSettings(SchedulerConfig(page_size=64, cp_size=8, enable_cp_shared_kv=True),
+                model=get_model("glm-5"), gpu="h200", tp_size=8)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from prefillkit.models import ModelSpec, get_model
+from prefillkit.sched.config import (
+    ConfigError,
+    SchedulerConfig,
+    check_choice,
+    check_non_negative,
+    check_positive,
+    fail,
+)
+from prefillkit.sim.gpus import GpuSpec, get_gpu
+
+__all__ = ["KV_CACHE_DTYPES", "MODES", "SimSettings"]
+
+MODES: tuple[str, ...] = ("pd-prefill", "colocated")
+KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2")
+
+
+def _glm5() -> ModelSpec:
+    return get_model("glm-5")
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    """A deployment the simulator can replay on; validated at construction.
+
+    ``model`` is the architecture itself (a preset of :mod:`prefillkit.models` or one
+    built from a Hugging Face ``config.json``); ``gpu`` a preset name of
+    :mod:`prefillkit.sim.gpus` (checked when the engine is built). Immutable.
+    """
+
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    model: ModelSpec = field(default_factory=_glm5)
+    gpu: str = "h200"
+    mode: str = "pd-prefill"
+    tp_size: int = 1
+    ep_size: int = 1
+    enable_two_batch_overlap: bool = False
+    nvlink_bandwidth_gbps: float | None = None
+    net_bandwidth_gbps: float | None = None
+    kv_transfer_bandwidth_gbps: float = 50.0
+    h2d_bandwidth_gbps: float = 25.0
+    # KV bytes and pool sizing.
+    kv_cache_dtype: str = "auto"
+    kv_bytes_per_token: int | None = None
+    mem_fraction_static: float = 0.88
+    device_memory_gb: float | None = None
+    max_total_tokens: int | None = None
+    hicache_ratio: float = 2.0
+    hicache_size: int = 0
+    debug_check_invariants: bool = False
+
+    def __post_init__(self) -> None:
+        check_positive("max_total_tokens", self.max_total_tokens)
+        check_positive("kv_bytes_per_token", self.kv_bytes_per_token)
+        if not 0.0 < self.mem_fraction_static <= 1.0:
+            fail("mem_fraction_static", f"must be in (0, 1], got {self.mem_fraction_static}")
+        check_positive("device_memory_gb", self.device_memory_gb)
+        if self.hicache_ratio <= 0:
+            fail("hicache_ratio", f"must be positive, got {self.hicache_ratio}")
+        check_non_negative("hicache_size", self.hicache_size)
+        check_positive("tp_size", self.tp_size)
+        check_positive("kv_transfer_bandwidth_gbps", self.kv_transfer_bandwidth_gbps)
+        check_positive("nvlink_bandwidth_gbps", self.nvlink_bandwidth_gbps)
+        check_positive("net_bandwidth_gbps", self.net_bandwidth_gbps)
+        if self.ep_size not in (1, self.tp_size):
+            fail("ep_size", f"must be 1 or --tp-size {self.tp_size}, got {self.ep_size}")
+        check_positive("h2d_bandwidth_gbps", self.h2d_bandwidth_gbps)
+        check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
+        check_choice("mode", self.mode, MODES)
+        if not self.gpu:
+            fail("gpu", "must not be empty")
+        if (
+            self.scheduler.enable_hierarchical_cache
+            and self.hicache_size == 0
+            and not self.hicache_ratio > 1.0
+        ):
+            fail(
+                "hicache_ratio",
+                f"must be > 1 with --enable-hierarchical-cache and --hicache-size 0 "
+                f"(the host pool must be larger than the device pool), got {self.hicache_ratio}",
+            )
+        if self.tp_size % self.cp_size:
+            fail("cp_size", f"{self.cp_size} must divide --tp-size {self.tp_size}")
+
+    # ----------------------------------------------------------------- derived values
+    @property
+    def page_size(self) -> int:
+        """The scheduler's page size."""
+        return self.scheduler.page_size
+
+    @property
+    def cp_size(self) -> int:
+        """The scheduler's context-parallel degree."""
+        return self.scheduler.cp_size
+
+    @property
+    def kv_lanes(self) -> int:
+        """Owner lanes of the KV pool (the scheduler's)."""
+        return self.scheduler.kv_lanes
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        """The model (same as ``model``)."""
+        return self.model
+
+    @property
+    def resolved_kv_cache_dtype(self) -> str:
+        """``auto`` resolves to ``bf16``."""
+        return "bf16" if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+
+    @property
+    def resolved_kv_bytes_per_token(self) -> int:
+        """``kv_bytes_per_token``, else the model's for the KV dtype."""
+        if self.kv_bytes_per_token is not None:
+            return self.kv_bytes_per_token
+        return self.model.kv_bytes_per_token(self.resolved_kv_cache_dtype)
+
+    def gpu_spec(self) -> GpuSpec:
+        """The GPU preset named by ``gpu`` with the interconnect overrides applied.
+
+        Raises ``KeyError`` for an unknown GPU name.
+        """
+        gpu = get_gpu(self.gpu)
+        if self.nvlink_bandwidth_gbps is not None:
+            gpu = dataclasses.replace(gpu, nvlink_bandwidth=self.nvlink_bandwidth_gbps * 1e9)
+        if self.net_bandwidth_gbps is not None:
+            gpu = dataclasses.replace(gpu, net_bandwidth=self.net_bandwidth_gbps * 1e9)
+        return gpu
+
+    def total_pages(
+        self, weights_bytes_per_gpu: float, device_memory_gb: float | None = None
+    ) -> int:
+        """KV pool size in pages, all owner lanes together.
+
+        With ``max_total_tokens`` set: ``max_total_tokens // page_size``. Otherwise per-GPU KV
+        bytes = ``device_memory_gb·1e9·mem_fraction_static − weights_bytes_per_gpu``, tokens per
+        GPU = that // ``resolved_kv_bytes_per_token``, pages per lane = tokens // page_size, and
+        the pool has ``kv_lanes`` lanes (CP shared-KV shards the pool over ``cp_size`` GPUs;
+        otherwise every GPU holds the full KV). ``device_memory_gb`` defaults to the field.
+        """
+        page = self.page_size
+        lanes = self.kv_lanes
+        if self.max_total_tokens is not None:
+            pages = self.max_total_tokens // page
+            if pages // lanes <= 0:
+                raise ConfigError(
+                    f"--max-total-tokens: {self.max_total_tokens} tokens is less than one page "
+                    f"of {page} tokens per KV lane ({lanes} lanes)"
+                )
+            return pages
+        mem_gb = self.device_memory_gb if device_memory_gb is None else device_memory_gb
+        if mem_gb is None:
+            raise ConfigError("--device-memory-gb: not set and no GPU preset value given")
+        if not math.isfinite(mem_gb) or mem_gb <= 0:
+            given = mem_gb if self.device_memory_gb is None else self.device_memory_gb
+            raise ConfigError(f"--device-memory-gb: {given:g} GB is not a usable memory size")
+        budget = mem_gb * 1e9 * self.mem_fraction_static
+        kv_bytes = budget - weights_bytes_per_gpu
+        per_gpu_tokens = int(kv_bytes // self.resolved_kv_bytes_per_token) if kv_bytes > 0 else 0
+        pages_per_lane = per_gpu_tokens // page
+        if pages_per_lane <= 0:
+            raise ConfigError(
+                "--mem-fraction-static/--device-memory-gb: no memory left for KV after weights "
+                f"({mem_gb:g} GB x {self.mem_fraction_static:g} = {budget / 1e9:.2f} GB, "
+                f"weights {weights_bytes_per_gpu / 1e9:.2f} GB per GPU of {self.model.name} "
+                f"on {self.tp_size} GPUs, {self.resolved_kv_bytes_per_token} KV bytes per "
+                f"token, page {page}); check --model-path/--model and --tp-size"
+            )
+        return pages_per_lane * lanes
+
+    def host_pages(self, device_pages: int) -> int:
+        """Host (L2) pool size in pages; 0 when the host cache is off.
+
+        ``hicache_size`` GB per GPU when set (per-lane pages × ``kv_lanes``), else
+        ``int(device_pages · hicache_ratio)``.
+        """
+        if not self.scheduler.enable_hierarchical_cache:
+            return 0
+        if self.hicache_size > 0:
+            per_gpu_tokens = int(self.hicache_size * 1e9) // self.resolved_kv_bytes_per_token
+            return (per_gpu_tokens // self.page_size) * self.kv_lanes
+        pages = device_pages * self.hicache_ratio
+        if not math.isfinite(pages):
+            raise ConfigError(
+                f"--hicache-ratio: {self.hicache_ratio:g} x {device_pages} device pages "
+                "is too large a host pool"
+            )
+        return int(pages)
