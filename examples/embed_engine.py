@@ -24,9 +24,9 @@ def main(n_requests: int = 40, seed: int = 0) -> None:
     sched = Scheduler(cfg, PAGES, PAGE)
     engine: SchedulerInterface = sched  # everything below goes through the interface
     kv: list[tuple[int, ...] | None] = [None] * PAGES  # page id -> the tokens it holds
-    owner: dict[int, str] = {}  # page id -> the live request that wrote it, until cached
     prompts = [[rng.randrange(50) for _ in range(8)] for _ in range(3)]  # shared prefixes
-    tokens_of: dict[str, list[int]] = {}
+    live: dict[str, Request] = {}
+    tokens_of: dict[str, list[int]] = {}  # the toy executor's prompts
     for i in range(n_requests):
         tokens = rng.choice(prompts) + [rng.randrange(1000) for _ in range(rng.randrange(1, 60))]
         tokens_of[f"r{i}"] = tokens
@@ -34,19 +34,22 @@ def main(n_requests: int = 40, seed: int = 0) -> None:
     now = 0.0
     while engine.has_work:
         step = engine.schedule(now)
+        # Pages other live requests hold right now (cached prefixes are shared by many,
+        # but never handed out as new pages while held).
+        held = {pid: rid for rid, r in live.items() for pid in engine.page_table(r)}
         for s in step.reqs:
             toks = tokens_of[s.rid]
             for j, pid in enumerate(s.prefix_page_ids()):
                 assert kv[pid] == tuple(toks[j * PAGE : (j + 1) * PAGE]), (s.rid, j, pid)
             for j, pid in enumerate(s.page_ids(), s.new_start_page):
-                assert owner.get(pid, s.rid) == s.rid, f"page {pid} is {owner[pid]}'s"
-                owner[pid] = s.rid
+                assert held.get(pid, s.rid) == s.rid, f"{s.rid} got page {pid}: {held[pid]}'s"
+                held[pid] = s.rid
                 kv[pid] = tuple(toks[j * PAGE : min((j + 1) * PAGE, s.extend_end)])
+            live[s.rid] = s.req
         now += 1.0
         for req in engine.forward_done(step, now):
             engine.finish(req, now)  # pd-prefill: KV sent out at once
-            for pid in [p for p, rid in owner.items() if rid == req.rid]:
-                del owner[pid]  # now cached (shared, read-only) or free
+            del live[req.rid]
         engine.check()
     sched.cache.evict_tokens(PAGES * PAGE)  # audit only: drop the cache, all pages free
     engine.check()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from prefillkit.cache.events import BlockLoadedBack, BlockRemoved, BlockStored
+from prefillkit.cache.pages import pending_table
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched import interface
 from prefillkit.sched.config import SchedulerConfig
@@ -76,7 +77,8 @@ def test_step_is_immutable_and_names_pages() -> None:
     r = step.reqs[0]
     assert (r.prefix_len, r.extend_start, r.extend_end, r.is_chunk) == (0, 0, 20, False)
     assert r.prefix_page_ids() == [] and len(r.page_ids()) == 5 and r.new_start_page == 0
-    assert r.page_ids() == a.owned_pages[0].tolist()
+    assert a.pending_pages is not None
+    assert r.page_ids() == pending_table(a.pending_pages)[0].tolist()
     a_pages = r.page_ids()
     s.forward_done(step, 1.0)
     s.begin_transfer(a)

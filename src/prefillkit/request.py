@@ -28,6 +28,7 @@ import xxhash
 
 if TYPE_CHECKING:
     from prefillkit.cache.node import Node
+    from prefillkit.cache.pages import Pending
 
 
 class ReqStatus(Enum):
@@ -161,6 +162,9 @@ class Request:
     # the locked prefix (locked_node's path): the two together are the request's page
     # table (the engine's req_to_token row). NOTE: empty ([]) while it owns no pages.
     owned_pages: list[array] = field(default_factory=list)
+    # The pages the step in flight allocated (cache/pages.py ``Pending``): they join
+    # owned_pages when its forward is done. NOTE: None outside a forward.
+    pending_pages: Pending | None = None
     # Output tokens produced so far (colocated decode); kept across a requeue.
     output_len: int = 0
     # Passes in which affinity skipped (deferred) this request, at any queue position;
@@ -277,5 +281,6 @@ class Request:
         self.owned_start_page = 0
         self.owned_end_page = 0
         self.owned_pages = []
+        self.pending_pages = None
         if now is not None and self.requeued_time is None:
             self.requeued_time = now

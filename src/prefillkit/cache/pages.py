@@ -30,6 +30,7 @@ __all__ = [
     "extend",
     "global_ids",
     "new_array",
+    "pending_table",
     "pop_front",
     "take",
 ]
@@ -130,6 +131,17 @@ class IdStack:
     def free_ids(self) -> list[int]:
         """Every free id (for checks; O(size))."""
         return self.ids[: self.top].tolist() + list(range(self.fresh, self.size))
+
+
+#: Pages allocated by one step for one request, not yet in its page table: per owner
+#: lane, ``blocks[i][offs[i] : offs[i] + counts[i]]`` (the blocks are the batch's, shared).
+Pending = tuple[list[array], list[int], list[int]]
+
+
+def pending_table(pending: Pending) -> list[array]:
+    """The lane table of a :data:`Pending` run (new arrays)."""
+    blocks, offs, counts = pending
+    return [b[o : o + n] for b, o, n in zip(blocks, offs, counts, strict=True)]
 
 
 def take(stack: array, n: int) -> array:

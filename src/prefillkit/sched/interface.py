@@ -198,7 +198,15 @@ class SchedulerInterface(Protocol):
         """The step's forward finished. Mutates: finishes its load-backs, caches the
         computed pages (moving them from the requests to the cache) and moves each
         request's lock; returns the requests whose prompt is complete (first token at
-        ``now``), still holding their KV."""
+        ``now``), still holding their KV. A request's pages that duplicate pages another
+        request cached first are freed, and its page table names the cached ones from
+        now on (as SGLang's ``cache_unfinished_req`` rewrites ``req_to_token``): read
+        :meth:`page_table` again after this call."""
+        ...
+
+    def page_table(self, req: Request) -> list[int]:
+        """Engine-facing page ids of ``req``'s sequence pages, in order: its cached
+        prefix, the pages it owns and the step in flight's (O(pages)). Pure."""
         ...
 
     def begin_transfer(self, req: Request) -> None:

@@ -25,8 +25,8 @@ from typing import Any
 from prefillkit.cache.events import KVListener
 from prefillkit.cache.host import HostTier
 from prefillkit.cache.invariants import check_invariants
-from prefillkit.cache.pages import empty_table
-from prefillkit.cache.pages import extend as extend_pages
+from prefillkit.cache.node import Node
+from prefillkit.cache.pages import empty_table, global_ids, pending_table
 from prefillkit.cache.pool import KVPool, lane_split
 from prefillkit.cache.prefix import LoadBack, PrefixCache
 from prefillkit.request import ReqStatus, Request
@@ -85,9 +85,6 @@ class PrefillBatch:
     # own: ``extend_tokens`` (page-ceiled) and ``cached_tokens`` (true prefixes).
     log_input_tokens: int = 0
     log_hit_tokens: int = 0
-    # Per request (aligned with ``reqs``): the first sequence page this batch allocated,
-    # its new pages (a lane table), and the pages it already owned before them (a copy).
-    new_pages: list[tuple[int, list[array], tuple[array, ...]]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -150,6 +147,17 @@ def build_limits(
         buffer_ctx=buffer_ctx,
         staging_identity=cfg.staging_identity() if cfg.cp_prefill_mix_chunked else None,
     )
+
+
+def _owned_ids(req: Request) -> list[array]:
+    """Every page id ``req`` owns: its page table past the prefix, and the step in
+    flight's pages."""
+    if req.pending_pages is None:
+        return req.owned_pages
+    new = pending_table(req.pending_pages)
+    if not req.owned_pages:
+        return new
+    return [a + b for a, b in zip(req.owned_pages, new, strict=True)]
 
 
 class Scheduler:
@@ -585,21 +593,15 @@ class Scheduler:
         if not self.cache.make_room(adder.planned_lanes):  # pragma: no cover
             raise AssertionError(f"allocation of {adder.planned_lanes} failed after admission")
         can_run = adder.can_run_list
-        pool = self.pool
-        cp = pool.cp_size
-        new_pages: list[tuple[int, list[array], tuple[array, ...]]] = []
-        single: list[array] | None = None
-        if cp == 1:  # NOTE: one call for the batch (the hot path without CP)
-            single = pool.take_owned_many(
-                [
-                    -(-(r.prefix_len + r.extend_input_len) // p)
-                    - (r.owned_end_page if r.status is not waiting_status else r.prefix_len // p)
-                    for r in can_run
-                ]
-            )
-            if single is None:  # pragma: no cover - make_room covered the planned pages
-                raise AssertionError(f"allocation of {adder.planned_lanes} failed")
-        for k, req in enumerate(can_run):
+        cp = self.pool.cp_size
+        # One block of page ids per owner lane for the whole batch: exactly the pages
+        # the adder planned. Each request's new pages are a run of it (pending_pages)
+        # until prefill_done moves them into its page table.
+        blocks = self.pool.take_owned(adder.planned_lanes)
+        if blocks is None:  # pragma: no cover - make_room covered the planned pages
+            raise AssertionError(f"allocation of {adder.planned_lanes} failed after admission")
+        offs = [0] * cp
+        for req in can_run:
             if req.status is waiting_status:
                 req.owned_start_page = req.owned_end_page = req.prefix_len // p
                 if req.first_scheduled_time is None:
@@ -615,21 +617,15 @@ class Scheduler:
             # and a continuation's prefix ends where its owned pages end.
             start = req.owned_end_page
             end = -(-(req.prefix_len + req.extend_input_len) // p)
-            if single is not None:
-                table = [single[k]]
+            if cp == 1:
+                o = offs[0]
+                offs[0] = o + end - start
+                req.pending_pages = (blocks, [o], [end - start])
             else:
-                got = pool.take_owned(lane_split(start, end - start, cp))
-                if got is None:  # pragma: no cover - make_room covered the planned lanes
-                    raise AssertionError(f"page allocation for {req.rid} failed")
-                table = got
-            if req.owned_pages:
-                new_pages.append((start, table, tuple([t[:] for t in req.owned_pages])))
-                extend_pages(req.owned_pages, table)
-            else:
-                new_pages.append((start, table, ()))
-                # NOTE: shared with the step until prefill_done rebinds owned_pages, and
-                # nothing mutates owned arrays in place before then (insert only reads)
-                req.owned_pages = table
+                counts = lane_split(start, end - start, cp)
+                req.pending_pages = (blocks, offs[:], counts)
+                for i, n in enumerate(counts):
+                    offs[i] += n
             req.owned_end_page = end
             req.num_chunks += 1
             if req.requeued_time is not None:  # a re-prefill after a requeue
@@ -661,7 +657,6 @@ class Scheduler:
             preempted=preempted,
             log_input_tokens=adder.log_input_tokens,
             log_hit_tokens=adder.log_hit_tokens,
-            new_pages=new_pages,
         )
 
     # ------------------------------------------------------------------ interface
@@ -684,7 +679,11 @@ class Scheduler:
         root = self.cache.root
         copies = {id(lb.deepest): lb for lb in batch.load_backs}
         out: list[ScheduledReq] = []
-        for req, (start, table, owned) in zip(batch.reqs, batch.new_pages, strict=True):
+        for req in batch.reqs:
+            assert req.pending_pages is not None  # NOTE: set by _launch for every request
+            table = pending_table(req.pending_pages)
+            start = req.owned_end_page - sum(req.pending_pages[2])
+            owned = tuple([t[:] for t in req.owned_pages])
             node = req.locked_node
             lb = copies.get(id(node)) if req.loaded_tokens else None
             end = req.prefix_len + req.extend_input_len
@@ -730,6 +729,23 @@ class Scheduler:
         if step.handle is None:
             return []
         return self.prefill_done(step.handle, now)
+
+    def page_table(self, req: Request) -> list[int]:
+        """Engine-facing page ids of ``req``'s sequence pages (see interface.py)."""
+        parts: list[Node] = []
+        node = req.locked_node
+        root = self.cache.root
+        while node is not None and node is not root:
+            parts.append(node)
+            node = node.parent
+        u = self.cache.unit_pages
+        out: list[int] = []
+        for n in reversed(parts):
+            out += global_ids(n.pages, n.start * u)
+        owned = _owned_ids(req)
+        if owned:
+            out += global_ids(owned, req.owned_start_page)
+        return out
 
     def begin_transfer(self, req: Request) -> None:
         """pd-prefill: the request's KV is being sent out; it keeps its pages."""
@@ -803,6 +819,10 @@ class Scheduler:
             node = req.locked_node
             assert node is not None
             owned = req.owned_pages
+            if req.pending_pages is not None:  # this forward's pages join the page table
+                new = pending_table(req.pending_pages)
+                owned = new if not owned else [a + b for a, b in zip(owned, new, strict=True)]
+                req.pending_pages = None
             if units > node.end:
                 req.locked_node = cache.insert(node, req.keys, node.end, units, owned)
                 # The inserted head now belongs to the cache (or was freed).
@@ -844,9 +864,11 @@ class Scheduler:
         self.running.pop(req.rid, None)
 
     def _free_kv(self, req: Request) -> None:
-        n = req.owned_end_page - req.owned_start_page
-        if n > 0:
+        if req.owned_pages:
             self.pool.give_owned(req.owned_pages)
+        if req.pending_pages is not None:
+            self.pool.give_owned(pending_table(req.pending_pages))
+            req.pending_pages = None
         req.owned_pages = []
         req.owned_start_page = req.owned_end_page = 0
         if req.locked_node is not None:
@@ -1036,7 +1058,7 @@ class Scheduler:
             self.cache,
             [(r.owned_start_page, r.owned_end_page) for r in self.running.values()],
             [
-                (r.rid, r.owned_start_page, r.owned_pages, r.locked_node)
+                (r.rid, r.owned_start_page, _owned_ids(r), r.locked_node)
                 for r in self.running.values()
             ],
         )
