@@ -119,6 +119,35 @@ def test_admitted_request_charges_ceil_extend_plus_page_plus_max_new() -> None:
     alloc_batch(adder, {})
 
 
+def test_requeued_request_reserves_its_whole_clipped_output() -> None:
+    # Upstream (0.5.23 _select_prefill_admission) tests memory with what is left to
+    # generate, min(max_new - output, 4096), but reserves the whole min(max_new, 4096)
+    # for an admitted request, also one requeued with output kept (retraction or
+    # priority preemption). Found by the differential against upstream's PrefillAdder.
+    def requeued(max_new: int, output: int) -> Request:
+        r = make_req("q", 30 + output, 4, max_new=max_new)
+        r.prompt_len = 30
+        r.output_len = output
+        return r
+
+    cache = make_cache(2000, 4)
+    adder = make_adder(cache)
+    assert add(adder, requeued(100, 60)) is CONT
+    # ceil_page(90) + page + min(100, 4096): the whole output, not the 40 left.
+    assert adder.rem_total_token_offset == 92 + 4 + 100
+    clipped = make_adder(make_cache(2000, 4), make_limits(4, clip_max_new_tokens=64))
+    assert add(clipped, requeued(100, 60)) is CONT
+    assert clipped.rem_total_token_offset == 92 + 4 + 64
+    # The memory test uses what is left: 90 + 40 + 4 = 134 < 4000 - 3865 = 135 passes
+    # (with the whole output, 90 + 100 + 4 = 194, it would not); the reservation then
+    # takes the whole output and closes the batch (135 - 196 <= 0).
+    tight = make_adder(make_cache(1000, 4), running=[running_req("d", 3865, 0)])
+    assert tight.rem_total_tokens == 135
+    assert add(tight, requeued(100, 60)) is NO_TOKEN
+    assert [r.rid for r in tight.can_run_list] == ["q"]
+    assert tight.rem_total_token_offset == 3865 + 92 + 4 + 100
+
+
 def test_memory_test_runs_with_the_prefix_locked() -> None:
     # 100 one-token pages: a 40-token cached prefix (evictable) and 60 free.
     def setup(max_new: int) -> tuple[PrefixCache, PrefillAdder, Request]:

@@ -345,6 +345,9 @@ def test_random_adder_rejections_leave_no_trace_and_batches_allocate(
 # check to a non-first candidate only with chunking off ("Without chunking, allow the
 # first request even above the input cap"); with chunking on, rem_chunk_tokens admits or
 # truncates it and only budget_state's `rem_input <= 0` stops the scan.
+# And (found by a differential run against upstream's PrefillAdder class): the memory test
+# counts what is left to generate, min(max_new - output, 4096), while an admitted request
+# reserves its whole min(max_new, 4096), also a requeued one that has kept output.
 @dataclass
 class RefReq:
     rid: str
@@ -352,6 +355,7 @@ class RefReq:
     keys: list[int]
     max_new: int
     computed: int = 0
+    output: int = 0  # output kept across a requeue (input_len includes it)
 
 
 def ref_pass(
@@ -417,7 +421,7 @@ def ref_pass(
         while units < min(len(q.keys), (q.input_len - 1) // page) and q.keys[units] in device_keys:
             units += 1
         prefix, ext, max_new = units * page, q.input_len - units * page, min(q.max_new, clip)
-        total = ext + max_new + page
+        total = ext + min(max(q.max_new - q.output, 0), clip) + page
         if total >= rem_total() or (rem_ch is None and out and ceil_to(ext, page) >= rem_in):
             break
         lock(q.keys[:units])
@@ -442,7 +446,8 @@ class EquivCase:
     """A queue for the equivalence harness: ``reqs`` are (family, shared units, input_len,
     max_new, arrival pass, hold passes); ``warm`` are (family, units) cached beforehand;
     ``running`` are decoding requests (max_new, output_len, ignore_eos, from pass) reserved
-    for from that pass on."""
+    for from that pass on; ``requeued`` maps a request's index to the output tokens it kept
+    across a requeue (its prompt is then ``input_len`` tokens plus those)."""
 
     name: str
     page: int
@@ -453,6 +458,7 @@ class EquivCase:
     warm: list[tuple[int, int]] = field(default_factory=list)
     running: list[tuple[int, int, bool, int]] = field(default_factory=list)
     ratio: float = 0.7
+    requeued: dict[int, int] = field(default_factory=dict)
 
 
 def run_equivalence(case: EquivCase) -> int:
@@ -471,10 +477,12 @@ def run_equivalence(case: EquivCase) -> int:
         if units <= case.pages:
             warm(cache, keys)
     sched.new_token_ratio = case.ratio
-    pending = [
-        (arr, hold, make_req(f"r{i}", n, page, family=fam, shared=sh, max_new=mn))
-        for i, (fam, sh, n, mn, arr, hold) in enumerate(case.reqs)
-    ]
+    pending = []
+    for i, (fam, sh, n, mn, arr, hold) in enumerate(case.reqs):
+        out = min(case.requeued.get(i, 0), max(mn - 1, 0))
+        r = make_req(f"r{i}", n + out, page, family=fam, shared=sh, max_new=mn)
+        r.prompt_len, r.output_len = n, out  # as reset_for_requeue leaves it
+        pending.append((arr, hold, r))
     pending.sort(key=lambda t: t[0])
     hold_of = {r.rid: h for _, h, r in pending}
     holds: dict[str, tuple[Request, int]] = {}
@@ -505,7 +513,10 @@ def run_equivalence(case: EquivCase) -> int:
             None
             if ch is None
             else RefReq(ch.rid, ch.input_len, ch.keys, ch.max_new_tokens, ch.computed_tokens),
-            [RefReq(r.rid, r.input_len, r.keys, r.max_new_tokens) for r in sched.waiting],
+            [
+                RefReq(r.rid, r.input_len, r.keys, r.max_new_tokens, output=r.output_len)
+                for r in sched.waiting
+            ],
         )
         batch = sched.get_new_batch_prefill(float(passes))
         got = (
@@ -546,6 +557,7 @@ def run_equivalence(case: EquivCase) -> int:
 #  p1_running_reservations           decoding reservations x ratio, clipped at 4096
 #  p1_output_reservation_clipped_at_4096  an admitted request reserves min(max_new, 4096)
 #  p1_ignore_eos_reservation         ignore_eos reserves at ratio 1.0
+#  p1_requeued_reserves_whole_output  memory test with the output left, reservation whole
 #  p1_continuation_bound_by_rem_total  continuation takes min(rem_chunk, rem_total)
 #  p1_continuation_rem_total_nonpositive  continuation still takes rem_chunk
 #  p1_last_chunk_reserves_output    the last chunk reserves min(max_new, 4096): follower waits
@@ -692,6 +704,19 @@ EQUIV_CASES: list[EquivCase] = [
         [(i, 0, 300, 100, 0, 0) for i in range(8)],
         running=[(3000, 0, True, 0)],
         ratio=0.1,
+    ),
+    EquivCase(
+        "p1_requeued_reserves_whole_output",
+        1,
+        700,
+        16384,
+        None,
+        # r0: 50-token prompt + 250 kept output tokens, max_new 300. Memory test
+        # 300 + 50 + 1 < 700; it reserves 300 + 1 + 300 -> rem_total 99; r1 (20 + 20 + 1)
+        # fits -> 58; r2 (20 + 40 + 1 = 61) is NO_TOKEN. Reserving the 50 left would
+        # admit all three.
+        [(0, 0, 50, 300, 0, 0), (1, 0, 20, 20, 0, 0), (2, 0, 20, 40, 0, 0)],
+        requeued={0: 250},
     ),
     EquivCase(
         "p1_continuation_bound_by_rem_total",
@@ -841,5 +866,6 @@ def test_upstream_fcfs_equivalence_sweep(data: st.DataObject, page: int) -> None
             )
         ),
         ratio=draw(st.floats(0.05, 1.0)),
+        requeued=draw(st.dictionaries(st.integers(0, 11), st.integers(1, 400), max_size=3)),
     )
     run_equivalence(case)

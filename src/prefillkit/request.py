@@ -215,6 +215,7 @@ class Request:
         arrival_time: float = 0.0,
         max_new_tokens: int = 128,
         priority: int = 0,
+        ignore_eos: bool = False,
     ) -> Request:
         """Build a request from token ids: one chained key per complete page, and the
         in-batch head (``extra[IN_BATCH_HEAD]``)."""
@@ -226,6 +227,7 @@ class Request:
             keys=token_key_chain(tokens, page_size),
             key_tokens=page_size,
             priority=priority,
+            ignore_eos=ignore_eos,
             extra=_head_extra(in_batch_head_from_tokens(tokens)),
         )
 
@@ -241,6 +243,7 @@ class Request:
         arrival_time: float = 0.0,
         max_new_tokens: int = 128,
         priority: int = 0,
+        ignore_eos: bool = False,
     ) -> Request:
         """Build a request from a trace's per-block hash ids (chained into keys), and the
         in-batch head (``extra[IN_BATCH_HEAD]``)."""
@@ -253,6 +256,7 @@ class Request:
             keys=block_key_chain(hash_ids, input_len, block_size, key_tokens),
             key_tokens=key_tokens,
             priority=priority,
+            ignore_eos=ignore_eos,
             extra=_head_extra(in_batch_head_from_blocks(hash_ids, input_len, block_size)),
         )
 

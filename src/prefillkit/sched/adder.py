@@ -397,7 +397,8 @@ class PrefillAdder:
         host_hit = match.units * kt - device_prefix
         req.device_prefix_len = device_prefix
         req.host_hit_len = host_hit
-        max_new = req.max_new_tokens - req.output_len  # output kept across a requeue
+        # The memory test counts what is left to generate (output kept across a requeue).
+        max_new = req.max_new_tokens - req.output_len
         if max_new > limits.clip_max_new_tokens:
             max_new = limits.clip_max_new_tokens
         p = self.page_size
@@ -488,6 +489,13 @@ class PrefillAdder:
             self.new_chunked_req = req
             self._set_chunked_in_batch(req)
             max_new = 0
+        else:
+            # NOTE: upstream's reservation (_select_prefill_admission) is the whole clipped
+            # max_new_tokens, even for a requeued request that has already produced
+            # output; only the memory test above uses what is left to generate.
+            max_new = req.max_new_tokens
+            if max_new > limits.clip_max_new_tokens:
+                max_new = limits.clip_max_new_tokens
         # _update_prefill_budget (the other budgets are derived from these two)
         rem_total_offset = self.rem_total_token_offset = (
             self.rem_total_token_offset + ext + p + max_new

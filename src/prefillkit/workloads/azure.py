@@ -10,6 +10,9 @@ any order; extra columns are ignored)::
   digits, no time zone). Arrivals are seconds relative to the first good row, computed in
   integer nanoseconds so the 7 fractional digits are kept exactly.
 - ``ContextTokens``: prompt tokens (> 0); ``GeneratedTokens``: output tokens (>= 0).
+- ``ignore_eos`` (optional column, not in the published files): ``true``/``false`` (or
+  ``1``/``0``, any case; an empty cell is false) -- generate exactly ``GeneratedTokens``,
+  as upstream's ``ignore_eos`` sampling parameter.
 
 The trace has no prefix information: every request shares nothing (no hash ids, no
 tokens). Request ids are ``"L<line number>"`` (the header is line 1).
@@ -29,6 +32,8 @@ from prefillkit.workloads.record import TraceRecord
 __all__ = ["AZURE_COLUMNS", "iter_azure", "parse_azure_timestamp_ns"]
 
 AZURE_COLUMNS: tuple[str, str, str] = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+IGNORE_EOS_COLUMN = "ignore_eos"
+_BOOLS = {"true": True, "1": True, "false": False, "0": False, "": False}
 
 _TS = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?", re.ASCII)
 _UINT = re.compile(r"\d+", re.ASCII)
@@ -61,10 +66,18 @@ def _count(col: str, text: str, min_value: int) -> int:
     return int(t)
 
 
+def _flag(col: str, text: str) -> bool:
+    v = _BOOLS.get(text.strip().lower())
+    if v is None:
+        raise RowError(f"column '{col}': expected true, false, 1 or 0, got {text[:40]!r}")
+    return v
+
+
 class _AzureParser:
     def __init__(self, path: PathLike) -> None:
         self.path = path
         self.index: tuple[int, int, int] | None = None
+        self.ignore_eos_index: int | None = None
         self.width = 0
         self.first_ns: int | None = None
 
@@ -85,6 +98,8 @@ class _AzureParser:
             )
         ts, ctx, gen = (names.index(c) for c in AZURE_COLUMNS)
         self.index = (ts, ctx, gen)
+        if IGNORE_EOS_COLUMN in names:
+            self.ignore_eos_index = names.index(IGNORE_EOS_COLUMN)
         self.width = len(names)
 
     def __call__(self, lineno: int, text: str) -> TraceRecord | None:
@@ -103,6 +118,8 @@ class _AzureParser:
         ns = parse_azure_timestamp_ns(cells[ts_i])
         input_len = _count(AZURE_COLUMNS[1], cells[ctx_i], 1)
         output_len = _count(AZURE_COLUMNS[2], cells[gen_i], 0)
+        ie_i = self.ignore_eos_index
+        ignore_eos = False if ie_i is None else _flag(IGNORE_EOS_COLUMN, cells[ie_i])
         if self.first_ns is None:
             self.first_ns = ns
         return TraceRecord(
@@ -113,6 +130,7 @@ class _AzureParser:
             hash_ids=None,
             block_size=None,
             tokens=None,
+            ignore_eos=ignore_eos,
         )
 
 

@@ -15,7 +15,9 @@ Read here:
 - ``hash_ids``: per-block ids, ``block_size`` tokens per block (16 in the public files),
   ``len(hash_ids) == ceil(input_length / block_size)``;
 - ``chat_id`` (optional) becomes the request id (else ``"L<line number>"``);
-- ``priority`` (optional integer, default 0).
+- ``priority`` (optional integer, default 0);
+- ``ignore_eos`` (optional boolean, default false): generate exactly the output length,
+  as upstream's ``ignore_eos`` sampling parameter.
 
 ``parent_chat_id``, ``type`` and ``turn`` are accepted and ignored. The block size is the
 ``block_size`` argument, else taken from a ``blksz_<N>`` in the file name, else 16.
@@ -34,6 +36,7 @@ from prefillkit.workloads.jsonl import (
     check_hash_len,
     get_int,
     get_int_list,
+    get_opt_bool,
     get_opt_int,
     get_seconds,
     parse_json_object,
@@ -87,6 +90,7 @@ def parse_bailian_line(
         block_size=block_size,
         tokens=None,
         priority=get_opt_int(obj, "priority", 0),
+        ignore_eos=get_opt_bool(obj, "ignore_eos"),
     )
 
 

@@ -13,6 +13,8 @@ field          type           required  meaning
 ``arrival_s``  number >= 0    yes       arrival time in seconds
 ``output_len`` integer >= 0   yes       tokens to generate
 ``priority``   integer        no        scheduling priority (default 0)
+``ignore_eos`` boolean        no        generate exactly ``output_len`` tokens, as
+                                        upstream's ``ignore_eos`` (default false)
 ============== ============== ========= ===============================================
 
 and the prompt, given in exactly one of these forms:
@@ -35,6 +37,7 @@ Integers are JSON integers (``true``/``false`` are not integers; ``2.0`` is acce
     {"rid": "a", "arrival_s": 0.0, "output_len": 64, "tokens": [1, 2, 3, 4]}
     {"arrival_s": 0.5, "output_len": 8, "hash_ids": [0, 1, 2], "block_size": 512, "input_len": 1300}
     {"arrival_s": 1.25, "output_len": 32, "input_len": 900, "priority": 1}
+    {"arrival_s": 1.5, "output_len": 256, "input_len": 300, "ignore_eos": true}
 
 ``write_jsonl`` writes records in this format; ``iter_jsonl`` reads it back.
 """
@@ -253,6 +256,17 @@ def get_opt_int(obj: dict[str, Any], key: str, default: int) -> int:
     return default if v is None else as_int(key, v)
 
 
+def get_opt_bool(obj: dict[str, Any], key: str) -> bool:
+    """An optional JSON boolean field (``null`` counts as absent, i.e. false); ``0``/``1``
+    or ``"true"`` are bad rows, not booleans."""
+    v = obj.get(key)
+    if v is None:
+        return False
+    if type(v) is bool:
+        return v
+    raise RowError(f"field '{key}': expected true or false, got {_json_type(v)} {_show(v)}")
+
+
 def get_seconds(obj: dict[str, Any], *keys: str, scale: float = 1.0) -> float:
     """A required non-negative finite time field, times ``scale``."""
     key, v = need(obj, *keys)
@@ -311,6 +325,7 @@ def _parse_own(lineno: int, text: str, seen: set[str]) -> TraceRecord | None:
     arrival = get_seconds(obj, "arrival_s")
     output_len = get_int(obj, "output_len", min_value=0)
     priority = get_opt_int(obj, "priority", 0)
+    ignore_eos = get_opt_bool(obj, "ignore_eos")
     has_tokens = "tokens" in obj
     hash_keys = [k for k in ("hash_ids", "block_size") if k in obj]
     if has_tokens and hash_keys:
@@ -351,6 +366,7 @@ def _parse_own(lineno: int, text: str, seen: set[str]) -> TraceRecord | None:
         block_size=block_size,
         tokens=tokens,
         priority=priority,
+        ignore_eos=ignore_eos,
     )
 
 
@@ -365,6 +381,8 @@ def record_to_json(rec: TraceRecord) -> dict[str, Any]:
     obj: dict[str, Any] = {"rid": rec.rid, "arrival_s": rec.arrival_s, "output_len": rec.output_len}
     if rec.priority:
         obj["priority"] = rec.priority
+    if rec.ignore_eos:
+        obj["ignore_eos"] = True
     if rec.tokens is not None:
         obj["tokens"] = list(rec.tokens)
     elif rec.hash_ids is not None:

@@ -8,7 +8,9 @@ One JSON object per line::
 - ``input_length``: prompt tokens (> 0); ``output_length``: generated tokens (>= 0);
 - ``hash_ids``: chain-consistent prefix-block ids, ``block_size`` (512) tokens per block,
   ``len(hash_ids) == ceil(input_length / block_size)`` (the last block may be partial);
-- ``priority`` (optional integer, default 0).
+- ``priority`` (optional integer, default 0);
+- ``ignore_eos`` (optional boolean, default false): generate exactly the output length,
+  as upstream's ``ignore_eos`` sampling parameter.
 
 Works for ``conversation_trace.jsonl`` and the other FAST'25 traces (``toolagent_trace``,
 ``synthetic_trace``) which share the format. Request ids are ``"L<line number>"``.
@@ -24,6 +26,7 @@ from prefillkit.workloads.jsonl import (
     check_hash_len,
     get_int,
     get_int_list,
+    get_opt_bool,
     get_opt_int,
     parse_json_object,
     stream_records,
@@ -54,6 +57,7 @@ def parse_mooncake_line(lineno: int, text: str, block_size: int) -> TraceRecord 
         block_size=block_size,
         tokens=None,
         priority=get_opt_int(obj, "priority", 0),
+        ignore_eos=get_opt_bool(obj, "ignore_eos"),
     )
 
 

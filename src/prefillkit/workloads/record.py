@@ -30,6 +30,10 @@ class TraceRecord:
     block_size: int | None
     tokens: tuple[int, ...] | None
     priority: int = 0
+    # Generate exactly output_len tokens (upstream's sampling param ignore_eos): the
+    # decode reservation counts it at ratio 1.0, and --enable-ignore-eos-admission
+    # applies upstream's full-output admission rule to it.
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if self.input_len <= 0:
@@ -67,6 +71,7 @@ def to_request(rec: TraceRecord, page_size: int) -> Request:
             arrival_time=rec.arrival_s,
             max_new_tokens=rec.output_len,
             priority=rec.priority,
+            ignore_eos=rec.ignore_eos,
         )
     if rec.tokens is not None:
         return Request.from_tokens(
@@ -76,6 +81,7 @@ def to_request(rec: TraceRecord, page_size: int) -> Request:
             arrival_time=rec.arrival_s,
             max_new_tokens=rec.output_len,
             priority=rec.priority,
+            ignore_eos=rec.ignore_eos,
         )
     return Request(
         rid=rec.rid,
@@ -85,4 +91,5 @@ def to_request(rec: TraceRecord, page_size: int) -> Request:
         keys=[],
         key_tokens=page_size,
         priority=rec.priority,
+        ignore_eos=rec.ignore_eos,
     )
