@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from prefillkit.app.replay import WorkloadSpec, load_requests
 from prefillkit.sched.adder import ignore_eos_fits
 from prefillkit.workloads.azure import iter_azure
 from prefillkit.workloads.bailian import iter_bailian
@@ -20,7 +21,7 @@ from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.jsonl import iter_jsonl, write_jsonl
 from prefillkit.workloads.mooncake import iter_mooncake
 from prefillkit.workloads.record import TraceRecord, to_request
-from prefillkit.workloads.replay import ReplayOptions, load_workload
+from prefillkit.workloads.replay import ReplayOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,8 +88,12 @@ def test_ignore_eos_reaches_the_request_and_round_trips(tmp_path: Path) -> None:
     write_jsonl(recs, path)
     assert list(iter_jsonl(path)) == recs
     assert '"ignore_eos"' not in path.read_text().splitlines()[-1]  # false is not written
-    wl = load_workload(path, "jsonl", ReplayOptions(), page_size=16)
-    assert [r.ignore_eos for r in wl.requests] == [True, True, True, False]
+    tokens_only = tmp_path / "t.jsonl"  # one key unit per trace: no block-hashed row
+    write_jsonl([r for r in recs if r.block_size is None], tokens_only)
+    wl = load_requests(
+        WorkloadSpec(trace=str(tokens_only), fmt="jsonl", replay=ReplayOptions()), page_size=16
+    )
+    assert [r.ignore_eos for r in wl.requests] == [True, True, False]
 
 
 @pytest.mark.parametrize("value", ["1", '"true"', "[]", "0.0"])
@@ -123,7 +128,7 @@ def _replay(tmp_path: Path, rows: list[dict[str, object]], on: bool) -> list[lis
          "--out", str(out), "--max-total-tokens", str(POOL), "--page-size", "1",
          "--clip-max-new-tokens", str(CLIP), "--init-new-token-ratio", str(RATIO),
          "--enable-cp-shared-kv", "false", "--cp-size", "1",
-         "--enable-hierarchical-cache", "false",
+         "--enable-hierarchical-cache", "false", "--disaggregation-mode", "prefill",
          "--enable-ignore-eos-admission", "true" if on else "false"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
