@@ -1,3 +1,3 @@
 """prefillkit: cache-aware prefill admission scheduler and trace-replay simulator."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

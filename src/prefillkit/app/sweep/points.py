@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prefillkit import __version__
 from prefillkit.app.launch import build_config
 from prefillkit.app.replay import (
     WorkloadSpec,
@@ -91,8 +92,14 @@ def _canonical(value: Any) -> str:
 
 
 def point_id(settings: Mapping[str, object], workload: Mapping[str, Any], seed: int) -> str:
-    """The stable id: 16 hex digits of the SHA-256 of the canonical point spec."""
-    doc = {"settings": dict(settings), "workload": dict(workload), "seed": seed}
+    """The stable id: 16 hex digits of the SHA-256 of the canonical point spec and the
+    prefillkit version (a point stored by another version is recomputed, not reused)."""
+    doc = {
+        "settings": dict(settings),
+        "workload": dict(workload),
+        "seed": seed,
+        "prefillkit": __version__,
+    }
     return hashlib.sha256(_canonical(doc).encode()).hexdigest()[:16]
 
 
