@@ -107,10 +107,20 @@ class KVPool:
         stacks = self.free_ids
         total = 0
         for i, t in enumerate(table):
-            if t:
-                stacks[i].give(t)
-                free[i] += len(t)
-                total += len(t)
+            n = len(t)
+            if n:
+                st = stacks[i]  # NOTE: IdStack.give, inlined (the eviction hot path)
+                top = st.top
+                end = top + n
+                ids = st.ids
+                if end <= len(ids):
+                    ids[top:end] = t
+                else:
+                    del ids[top:]
+                    ids.extend(t)
+                st.top = end
+                free[i] += n
+                total += n
         self.free_total += total
 
     def take_owned(self, lanes: list[int]) -> list[array] | None:
@@ -166,11 +176,11 @@ class KVPool:
             cached[i] += n
         return self._take(lanes)
 
-    def give_cached(self, table: list[array]) -> None:
-        """cached -> free (device eviction)."""
+    def give_cached(self, table: list[array], counts: list[int]) -> None:
+        """cached -> free (device eviction); ``counts``: pages per lane of ``table``."""
         cached = self.cached
-        for i, t in enumerate(table):
-            cached[i] -= len(t)
+        for i, n in enumerate(counts):
+            cached[i] -= n
         self._give(table)
 
     # ---- count-level transitions (no page table; see the module docstring) ----

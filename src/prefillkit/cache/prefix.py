@@ -89,7 +89,10 @@ class PrefixCache:
         # Called with one KV event per change of what the cache holds (cache/events.py);
         # NOTE: None (the default) builds no event at all.
         self.kv_listener: KVListener | None = None
-        self.root = Node([], 0, None, 0, [0] * pool.cp_size, empty_table(pool.cp_size))
+        # NOTE: shared by every node off the device; never mutated (no node's page table
+        # is: splits, merges, evictions and load-backs bind new ones).
+        self._no_pages = empty_table(pool.cp_size)
+        self.root = Node([], 0, None, 0, [0] * pool.cp_size, self._no_pages)
         self.root.lock_ref = 1  # NOTE: the root is never evicted and holds no pages
         self.index: dict[int, Node] = {}
         self.lru: OrderedDict[Node, None] = OrderedDict()
@@ -329,7 +332,7 @@ class PrefixCache:
             p_lanes,
             [t[:n] for t, n in zip(node.pages, p_lanes, strict=True)]
             if node.on_device
-            else empty_table(len(p_lanes)),
+            else self._no_pages,
         )
         # NOTE: a node's page arrays are never mutated in place (a split, a merge, an
         # eviction or a load-back binds new ones), so a step's snapshot of a prefix
@@ -370,6 +373,7 @@ class PrefixCache:
         from_units: int,
         to_units: int,
         pages: list[array] | None = None,
+        base: list[int] | None = None,
     ) -> Node:
         """Cache units ``[from_units, to_units)`` of ``keys`` computed by a request.
 
@@ -377,7 +381,8 @@ class PrefixCache:
         pages of those units: ``pages`` is its owned lane table starting at that unit;
         this call hands the head covering the inserted units to the cache (or frees it)
         and never mutates ``pages``: the caller drops that head (``lane_split`` of the
-        inserted pages per lane). None takes them from the pool's loose pages. Pages of
+        inserted pages per lane). ``base``: per lane, where in ``pages`` the unit's pages
+        start (0 by default). None takes them from the pool's loose pages. Pages of
         units that are already device-resident are freed (duplicates); host-only nodes
         on the path are revived with the request's pages; the rest become new nodes. The
         lock moves to the new deepest node, which is returned.
@@ -392,7 +397,7 @@ class PrefixCache:
         if pages is None:
             pages = pool.take_loose(lane_split(from_units * u, (to_units - from_units) * u, cp))
         listener = self.kv_listener
-        offs = [0] * cp  # NOTE: pages of PAGES already handed out, per lane
+        offs = [0] * cp if base is None else base[:]  # NOTE: next page of PAGES, per lane
         node = locked
         d = from_units
         while d < to_units:
@@ -592,8 +597,8 @@ class PrefixCache:
 
     def _evict_device(self, node: Node) -> None:
         """``node`` was popped from the LRU: free its device pages."""
-        self.pool.give_cached(node.pages)
-        node.pages = empty_table(self.cp_size)
+        self.pool.give_cached(node.pages, node.lane_pages)
+        node.pages = self._no_pages
         if self.kv_listener is not None:
             self.kv_listener(BlockRemoved(tuple(node.keys), node.start, "GPU"))
         self.evictable_pages -= node.n_pages

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prefillkit.cache.pages import global_ids
+from prefillkit.cache.pages import Pending, global_ids, pending_table
 from prefillkit.sched.adder import CloseReason
 
 if TYPE_CHECKING:
@@ -63,9 +63,9 @@ class ScheduledReq:
     followed by ``prefix_owned``, the pages a chunked continuation still owns from
     earlier chunks (a lane table from sequence page ``prefix_node_pages``).
     ``new_pages`` is the lane table of the pages this step allocated, from sequence
-    page ``new_start_page``. ``load_back``: ``(host slot, engine-facing device page)``
-    copies. ``is_chunk``: the prompt is not complete after this forward (a chunked
-    prefill continues later).
+    page ``new_start_page`` (``pending``: where they lie in the batch's page blocks).
+    ``load_back``: ``(host slot, engine-facing device page)`` copies. ``is_chunk``: the
+    prompt is not complete after this forward (a chunked prefill continues later).
 
     NOTE: the path is read when asked (:meth:`prefix_page_ids`), which is exact while
     the request holds its KV: a locked path's page ids never change (splits keep them).
@@ -82,9 +82,15 @@ class ScheduledReq:
     unit_pages: int
     prefix_owned: tuple[array, ...]
     new_start_page: int
-    new_pages: tuple[array, ...]
+    pending: Pending
     load_back: tuple[tuple[int, int], ...]
     is_chunk: bool
+
+    @property
+    def new_pages(self) -> tuple[array, ...]:
+        """The new pages per owner lane (lane-local ids), from ``pending`` (the batch's
+        page blocks, never mutated) when asked: a step that nobody reads costs nothing."""
+        return tuple(pending_table(self.pending))
 
     @property
     def extend_len(self) -> int:

@@ -680,10 +680,10 @@ class Scheduler:
         copies = {id(lb.deepest): lb for lb in batch.load_backs}
         out: list[ScheduledReq] = []
         for req in batch.reqs:
-            assert req.pending_pages is not None  # NOTE: set by _launch for every request
-            table = pending_table(req.pending_pages)
-            start = req.owned_end_page - sum(req.pending_pages[2])
-            owned = tuple([t[:] for t in req.owned_pages])
+            pending = req.pending_pages
+            assert pending is not None  # NOTE: set by _launch for every request
+            start = req.owned_end_page - sum(pending[2])
+            owned = tuple([t[:] for t in req.owned_pages]) if req.owned_pages else ()
             node = req.locked_node
             lb = copies.get(id(node)) if req.loaded_tokens else None
             end = req.prefix_len + req.extend_input_len
@@ -700,7 +700,7 @@ class Scheduler:
                     u,
                     owned,
                     start,
-                    tuple(table),
+                    pending,
                     () if lb is None else tuple(lb.copy_pairs()),
                     end < req.input_len,
                 )
@@ -818,24 +818,37 @@ class Scheduler:
             units = min(req.computed_tokens // kt, len(req.keys))
             node = req.locked_node
             assert node is not None
-            owned = req.owned_pages
-            if req.pending_pages is not None:  # this forward's pages join the page table
-                new = pending_table(req.pending_pages)
-                owned = new if not owned else [a + b for a, b in zip(owned, new, strict=True)]
-                req.pending_pages = None
-            if units > node.end:
-                req.locked_node = cache.insert(node, req.keys, node.end, units, owned)
-                # The inserted head now belongs to the cache (or was freed).
-                if len(owned) == 1:
-                    req.owned_pages = [owned[0][(units - node.end) * u :]]
+            pending = req.pending_pages
+            req.pending_pages = None
+            if pending is not None and not req.owned_pages:
+                # The common case: the request owns only this forward's pages, a run of
+                # the batch's blocks: insert reads them there, the rest is sliced off.
+                blocks, offs, counts = pending
+                if units > node.end:
+                    req.locked_node = cache.insert(node, req.keys, node.end, units, blocks, offs)
+                    gone = lane_split(node.end * u, (units - node.end) * u, len(blocks))
+                    req.owned_pages = [
+                        b[o + g : o + c]
+                        for b, o, g, c in zip(blocks, offs, gone, counts, strict=True)
+                    ]
+                    req.owned_start_page = units * u
                 else:
+                    req.owned_pages = pending_table(pending)
+            else:
+                owned = req.owned_pages
+                if pending is not None:  # this forward's pages join the page table
+                    new = pending_table(pending)
+                    owned = [a + b for a, b in zip(owned, new, strict=True)]
+                if units > node.end:
+                    req.locked_node = cache.insert(node, req.keys, node.end, units, owned)
+                    # The inserted head now belongs to the cache (or was freed).
                     gone = lane_split(node.end * u, (units - node.end) * u, len(owned))
                     req.owned_pages = [t[n:] for t, n in zip(owned, gone, strict=True)]
-                req.owned_start_page = units * u
-            else:
-                # NOTE: new arrays, so that later chunks and decode (which grow
-                # owned_pages in place) never change a step's page snapshot.
-                req.owned_pages = [t[:] for t in owned]
+                    req.owned_start_page = units * u
+                else:
+                    # NOTE: new arrays, so that later chunks and decode (which grow
+                    # owned_pages in place) never change a step's page snapshot.
+                    req.owned_pages = [t[:] for t in owned]
             if req.computed_tokens >= req.input_len:
                 if req.first_token_time is None:
                     # The first token's time is set once: a re-prefill never moves it.
