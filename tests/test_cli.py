@@ -167,7 +167,9 @@ def test_mooncake_slice_writes_run_dir(mooncake_runs: tuple[Path, Path]) -> None
     out = mooncake_runs[0]
     assert sorted(p.name for p in out.iterdir()) == ["batches.csv", "requests.csv", "summary.json"]
     doc = json.loads((out / "summary.json").read_text())
-    assert set(doc) == SUMMARY_KEYS | {"files"}  # + the manifest of the CSVs
+    # + the manifest of the CSVs, and replay's settings base and per-setting sources
+    assert set(doc) == SUMMARY_KEYS | {"files", "base", "sources"}
+    assert doc["sources"]["model"] == "preset demo" and doc["base"].startswith("the demo preset")
     assert doc["name"] == "slice" and doc["partial"] is False
     assert doc["workload"]["requests"] == 300
     assert doc["workload"]["format"] == "mooncake"

@@ -93,7 +93,14 @@ def test_percentiles_std_and_goodput() -> None:
 
 def test_goodput_counts_rejected_and_unfinished_as_misses() -> None:
     reqs = [
-        Request(rid=f"r{i}", arrival_time=float(i), input_len=10, max_new_tokens=1, keys=[], key_tokens=1)
+        Request(
+            rid=f"r{i}",
+            arrival_time=float(i),
+            input_len=10,
+            max_new_tokens=1,
+            keys=[],
+            key_tokens=1,
+        )
         for i in range(4)
     ]
     reqs[0].first_scheduled_time, reqs[0].first_token_time = 0.0, 0.5
@@ -142,7 +149,10 @@ def _check_trace_events(doc: dict) -> list[dict]:
         assert isinstance(ev["pid"], int) and isinstance(ev["tid"], int)
         if ev["ph"] == "M":
             assert ev["name"] in (
-                "process_name", "thread_name", "process_sort_index", "thread_sort_index"
+                "process_name",
+                "thread_name",
+                "process_sort_index",
+                "thread_sort_index",
             )
             continue
         assert set(ev) == {"name", "ph", "ts", "dur", "pid", "tid", "args"}
@@ -191,7 +201,8 @@ def test_trace_events_schema_and_tracks(tmp_path) -> None:
     assert names == {"r1", "r2", "r3"}
     r2 = res.requests[1]
     r2_tid = next(
-        e["tid"] for e in doc["traceEvents"]
+        e["tid"]
+        for e in doc["traceEvents"]
         if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == "r2"
     )
     mine = [e for e in xs if e["pid"] == REQUESTS_PID and e["tid"] == r2_tid]
@@ -210,3 +221,111 @@ def test_trace_events_colocated_decode_track() -> None:
     doc = trace_events(simulate(cfg.sim_settings(), reqs))
     xs = _check_trace_events(doc)
     assert any(e["name"] == "decode" for e in xs)
+
+
+# ---------------------------------------------------------------- labels, panel, pages
+
+
+def _run_dir(tmp_path, name: str = "run", **engine_attrs: object):
+    from prefillkit.report.rundir import load_run
+    from prefillkit.sim.output import summary_document, write_run
+
+    res = chunked_run(**engine_attrs)
+    cfg = Config(max_total_tokens=100_000, tp_size=8, chunked_prefill_size=400, page_size=1)
+    from prefillkit.app.settings import describe
+
+    doc = summary_document(res, name=name, config=describe(cfg), workload={"source": "test"})
+    doc["base"] = "preset demo"
+    doc["sources"] = {"tp_size": "line", "chunked_prefill_size": "line", "model": "default"}
+    write_run(res, tmp_path / name, doc)
+    return load_run(tmp_path / name)
+
+
+def test_every_metric_has_a_label(tmp_path) -> None:
+    from prefillkit.report.labels import metric_label
+
+    run = _run_dir(tmp_path, slo_ttft_s=1.0, percentiles=(50.0, 99.9))
+    for key in run.metrics:
+        label = metric_label(key)
+        assert label != key or "_" not in key, key
+    assert metric_label("ttft_p99.9_s") == "TTFT p99.9"
+    assert metric_label("warm_ttft_p90_s") == "warm TTFT p90"
+    assert metric_label("mean_chunks_per_request") == "chunks per request"
+    assert metric_label("stuck") != "stuck" and metric_label("admission_passes") != (
+        "admission_passes"
+    )
+    assert metric_label("some_new_key_s") == "some new key (s)"
+
+
+def test_html_report_shows_deployment_and_labels(tmp_path) -> None:
+    import re
+
+    from prefillkit.report.html import write_report
+
+    run = _run_dir(tmp_path)
+    page = write_report([run], tmp_path / "r.html").read_text()
+    assert '<table id="deployment">' in page
+    panel = page.split('<table id="deployment">')[1].split("</table>")[0]
+    for text in ("model", "GPU", "TP", "CP", "DP", "KV pool", "page size", "HiCache", "mode"):
+        assert f"<td>{text}" in panel
+    assert "preset demo" in panel and ">line<" in panel  # base and sources
+    summary = page.split('<table id="summary">')[1].split("</table>")[0]
+    cells = re.findall(r"<tr><td>([^<]*)</td>", summary)
+    assert cells
+    for label in cells:
+        assert not re.fullmatch(r"[a-z0-9_.]+_[a-z0-9_.]+", label), label
+    assert "cache-hit tokens, device" in summary and "carried prefix" in summary
+
+
+def test_console_summary_has_panel_and_no_raw_keys(tmp_path, capsys) -> None:
+    import json
+
+    from prefillkit.cli import print_summary_table
+
+    run = _run_dir(tmp_path, slo_ttft_s=1.0)
+    doc = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert run.summary["sources"]["tp_size"] == "line"
+    print_summary_table(doc)
+    out = capsys.readouterr().out
+    for text in ("deployment", "KV pool", "HiCache", "TTFT p95", "TTFT std", "SLO attainment"):
+        assert text in out
+    for raw in ("mean_chunks_per_request", "admission_passes", "stuck", "_s "):
+        assert raw not in out
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_replay_cli_percentiles_slo_and_trace_events(tmp_path) -> None:
+    import json
+
+    from test_cli import assert_one_line_error, run_cli
+
+    events = tmp_path / "timeline.json"
+    proc = run_cli(
+        "replay",
+        "--quiet",
+        "--json",
+        "--agentic-sessions",
+        "6",
+        "--percentiles",
+        "50,90,99.9",
+        "--slo-ttft",
+        "1500ms",
+        "--trace-events",
+        events,
+    )
+    assert proc.returncode == 0, proc.stderr
+    m = json.loads(proc.stdout)["metrics"]
+    assert m["percentiles"] == [50.0, 90.0, 99.9]
+    assert "ttft_p99.9_s" in m and "ttft_p95_s" in m and "queueing_p99.9_s" in m
+    assert m["slo_ttft_s"] == 1.5 and 0.0 <= m["slo_attainment"] <= 1.0
+    xs = _check_trace_events(json.loads(events.read_text()))
+    assert len([e for e in xs if e["pid"] == 1]) == m["num_batches"]
+    table = run_cli("replay", "--agentic-sessions", "6", "--quiet", "--percentiles", "50,99.9")
+    assert table.returncode == 0, table.stderr
+    assert "│ TTFT p99.9" in table.stdout and "│ TTFT p90 " not in table.stdout
+    assert_one_line_error(
+        run_cli("replay", "--quiet", "--percentiles", "50,200"), "--percentiles", "200"
+    )
+    assert_one_line_error(run_cli("replay", "--quiet", "--slo-ttft", "soon"), "--slo-ttft")

@@ -226,7 +226,9 @@ class Engine:
             partial=partial,
             trace=self.trace,
             cache_classes=classes,
-            extra={"decode_steps": list(zip(self._decode_starts, self._decode_durations))},
+            extra={
+                "decode_steps": list(zip(self._decode_starts, self._decode_durations, strict=True))
+            },
         )
 
     def _busy_intervals(self) -> tuple[np.ndarray, np.ndarray]:

@@ -146,9 +146,7 @@ def _request_events(result: SimResult, end_s: float) -> Iterator[dict[str, Any]]
             )
         for b in mine[len(inside) :]:
             rec = batches[b]
-            yield _x(
-                "re-prefill", rec.start_s, rec.duration_s, REQUESTS_PID, tid, batch_id=b
-            )
+            yield _x("re-prefill", rec.start_s, rec.duration_s, REQUESTS_PID, tid, batch_id=b)
 
 
 def trace_events(result: SimResult) -> dict[str, Any]:
