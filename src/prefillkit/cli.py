@@ -89,6 +89,7 @@ from prefillkit.sim.slo import parse_duration_s, parse_percentiles, pct_key, pct
 from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s
 from prefillkit.sim.trace_events import write_trace_events
 from prefillkit.text import one_line
+from prefillkit.workloads.bundled import BUNDLED_TRACES, resolve_trace
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.generators import (
     SEED_AGENTIC,
@@ -677,7 +678,13 @@ _FORMAT_OPTION: _Decorator = click.option(
 )
 
 _WORKLOAD_OPTIONS: tuple[_Decorator, ...] = (
-    click.option("--trace", metavar="PATH", help="Trace file to replay (default: a generator)."),
+    click.option(
+        "--trace",
+        metavar="PATH",
+        help="Trace file to replay, or a bundled trace by name: "
+        + ", ".join(BUNDLED_TRACES)
+        + " (600 requests of the Mooncake conversation trace) [default: a generator].",
+    ),
     _FORMAT_OPTION,
     *_GENERATOR_OPTIONS,
     click.option(
@@ -1267,6 +1274,7 @@ def trace_stats_cmd(
     """
     if block_size is not None and fmt in ("azure", "jsonl"):
         raise InputError(f"--block-size does not apply to the {fmt} format")
+    path = resolve_trace(path)  # a bundled name (mooncake-slice) or a path
     real_fmt = detect_format(path) if fmt == "auto" else fmt
     if block_size is not None and real_fmt in ("azure", "jsonl"):
         raise InputError(f"--block-size does not apply to the {real_fmt} format")
