@@ -329,3 +329,23 @@ def test_replay_cli_percentiles_slo_and_trace_events(tmp_path) -> None:
         run_cli("replay", "--quiet", "--percentiles", "50,200"), "--percentiles", "200"
     )
     assert_one_line_error(run_cli("replay", "--quiet", "--slo-ttft", "soon"), "--slo-ttft")
+
+
+def test_compare_cli_slo_reaches_every_variant(tmp_path) -> None:
+    import json
+
+    from test_cli import run_cli
+
+    proc = run_cli(
+        "compare", "--trace", "mooncake-slice", "--max-requests", "120", "--slo-ttft", "3s",
+        "--percentiles", "99.9", "--variant", "a:--schedule-policy fcfs",
+        "--variant", "b:--schedule-policy lpm", "--out", tmp_path / "cmp", "-q", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    for v in doc["variants"]:
+        assert v["metrics"]["slo_attainment"] is not None
+        summary = json.loads((tmp_path / "cmp" / v["name"] / "summary.json").read_text())
+        assert summary["metrics"]["slo_ttft_s"] == 3.0
+        assert "ttft_p99.9_s" in summary["metrics"]
+    assert any(h["key"] == "goodput_req_s" for h in doc["headline"])

@@ -1021,6 +1021,18 @@ workers and exits with status 130.
     help="Also write DIR/report.html, a self-contained HTML report (needs --out).",
 )
 @click.option(
+    "--percentiles",
+    metavar="LIST",
+    help="TTFT / queueing percentiles of each variant's summary.json beyond p50/p90/p95/p99 "
+    "(e.g. 99.9), as for replay.",
+)
+@click.option(
+    "--slo-ttft",
+    metavar="DURATION",
+    help="TTFT SLO (2s, 2000ms): adds SLO attainment and goodput to every variant and to "
+    "the comparison, as for replay.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -1061,6 +1073,10 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
                 f"variant {pv.name!r}: ignored SGLang flags: {' '.join(dict.fromkeys(pv.ignored))}"
             )
     jobs: int = params["jobs"] or default_jobs(len(prepared))
+    percentiles, slo_ttft_s = _latency_options(params)
+    latency: dict[str, Any] = {"slo_ttft_s": slo_ttft_s}
+    if percentiles is not None:
+        latency["percentiles"] = percentiles
 
     if out is not None:
         try:
@@ -1096,7 +1112,7 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
                 f"{workload.info['source']} in {workers} (Ctrl-C stops)"
             )
         try:
-            run_variants(prepared, workload, root, jobs=jobs, on_done=done)
+            run_variants(prepared, workload, root, jobs=jobs, on_done=done, latency=latency)
         except VariantsInterrupted as exc:
             echo_err(
                 f"prefillkit: interrupted: stopped the variant runs ({len(exc.finished)} of "
