@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,11 @@ import pytest
 from prefillkit.cache import HostTier, KVPool, PrefixCache, check_invariants, lane_split
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.adder import AddReqResult, AdmissionLimits, PrefillAdder
+
+# NOTE: every subprocess a test starts (``python -m prefillkit ...``) imports the tree under
+# test, not whatever prefillkit is installed (an editable install of another checkout).
+_SRC = str(Path(__file__).resolve().parents[1] / "src")
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p)
 
 
 def make_cache(

@@ -31,7 +31,10 @@ MANIFEST: dict[str, dict[str, Any]] = tomllib.loads((BAD / "MANIFEST.toml").read
 ALL_FLAGS = [field_flag(f.name) for f in dataclasses.fields(Config)]
 SUMMARY_KEYS = {"name", "partial", "config", "deployment", "workload", "metrics"}
 
-needs_mooncake = pytest.mark.skipif(not MOONCAKE.exists(), reason="shared traces not present")
+needs_mooncake = pytest.mark.skipif(
+    not MOONCAKE.exists(),
+    reason="full traces not present: run from a checkout beside ../shared/traces, see README",
+)
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -137,13 +140,11 @@ def test_gsp_generator() -> None:
 
 @pytest.fixture(scope="module")
 def mooncake_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The same Mooncake slice replayed twice (different hash seeds, same run name)."""
-    if not MOONCAKE.exists():
-        pytest.skip("shared traces not present")
+    """The bundled Mooncake slice replayed twice (different hash seeds, same run name)."""
     dirs = []
     for i, hash_seed in enumerate(("0", "12345")):
         out = tmp_path_factory.mktemp(f"run{i}")
-        trace = os.path.relpath(MOONCAKE, ROOT)
+        trace = "mooncake-slice"  # the first 600 requests of the full trace, in the package
         proc = run_cli(
             "replay",
             "--trace",
@@ -167,7 +168,9 @@ def test_mooncake_slice_writes_run_dir(mooncake_runs: tuple[Path, Path]) -> None
     out = mooncake_runs[0]
     assert sorted(p.name for p in out.iterdir()) == ["batches.csv", "requests.csv", "summary.json"]
     doc = json.loads((out / "summary.json").read_text())
-    assert set(doc) == SUMMARY_KEYS | {"files"}  # + the manifest of the CSVs
+    # + the manifest of the CSVs, and replay's settings base and per-setting sources
+    assert set(doc) == SUMMARY_KEYS | {"files", "base", "sources"}
+    assert doc["sources"]["model"] == "preset demo" and doc["base"].startswith("the demo preset")
     assert doc["name"] == "slice" and doc["partial"] is False
     assert doc["workload"]["requests"] == 300
     assert doc["workload"]["format"] == "mooncake"

@@ -129,7 +129,10 @@ def test_same_inputs_same_results() -> None:
     assert a.batches == b.batches
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="shared traces not present")
+@pytest.mark.skipif(
+    not TRACE.exists(),
+    reason="full traces not present: run from a checkout beside ../shared/traces, see README",
+)
 @pytest.mark.parametrize(("mode", "n"), [("pd-prefill", 2000), ("colocated", 400)])
 def test_invariants_hold_every_step_of_mooncake_replay(mode: str, n: int) -> None:
     """The first 2,000 requests (colocated: 400, its many decode steps are each checked)."""

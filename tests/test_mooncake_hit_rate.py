@@ -16,7 +16,10 @@ TRACE = (
 )
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="shared traces not present")
+@pytest.mark.skipif(
+    not TRACE.exists(),
+    reason="full traces not present: run from a checkout beside ../shared/traces, see README",
+)
 def test_unbounded_cache_reproduces_ideal_block_hit_rate() -> None:
     """Requests inserted in file order into an unbounded cache, block-level hit rate.
 
@@ -50,7 +53,10 @@ def test_unbounded_cache_reproduces_ideal_block_hit_rate() -> None:
     assert hit_blocks / total_blocks * 100 == pytest.approx(36.60, abs=0.01)
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="shared traces not present")
+@pytest.mark.skipif(
+    not TRACE.exists(),
+    reason="full traces not present: run from a checkout beside ../shared/traces, see README",
+)
 def test_split_evictions_never_lower_the_lru_hit_rate() -> None:
     """Evicting only the tail a need covers keeps shared heads: on the Mooncake trace the
     4 M-token LRU hit rate rises from 18.43 % (whole nodes) to 18.50 % (RESULTS.md)."""

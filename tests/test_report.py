@@ -133,6 +133,9 @@ def _write_run(
                     int(size[b]),
                     int(extend[b]),
                     int(cached[b]),
+                    int(cached[b]) // 2,  # device hit
+                    int(cached[b]) // 4,  # host hit
+                    int(cached[b]) - int(cached[b]) // 2 - int(cached[b]) // 4,  # carried
                     int(rng.integers(0, 500)),
                     int(rng.integers(1, 4) * 2**28),
                     ("warm", "cold", "none")[b % 3],
@@ -503,9 +506,21 @@ def test_html_self_contained(runs: list[RunData], tmp_path: Path) -> None:
         assert base64.b64decode(b64)[:8] == PNG_MAGIC
     assert "http://" not in page and "https://" not in page
     assert not re.search(r'(src|href)="(?!data:)', page)
-    for table_id in ("runs", "config-diff", "summary", "comparison", "paired"):
+    for table_id in (
+        "headline",
+        "deployment",
+        "runs",
+        "config-diff",
+        "summary",
+        "comparison",
+        "paired",
+    ):
         assert f'<table id="{table_id}">' in page
-    assert page.count("<details>") == len(runs)
+    # The page leads with the verdict table, then the plots; the long tables come after,
+    # folded (one <details> each, plus one full configuration per run).
+    assert page.index('id="headline"') < page.index("<img") < page.index('id="comparison"')
+    assert page.index("<img") < page.index('id="summary"')
+    assert page.count("<details>") == len(runs) + 2
     assert "chunked_prefill_size" in page and "warm-first" in page
     # Escaping: names and titles never become markup.
     assert "small-chunks &lt;b&gt;&amp;" in page and "<b>&" not in page

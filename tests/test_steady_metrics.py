@@ -35,10 +35,12 @@ from prefillkit.sim.steady import (
     steady_interval,
     steady_metrics,
 )
+from prefillkit.workloads.bundled import bundled_trace_path
 from prefillkit.workloads.replay import ReplayOptions
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT.parent / "shared" / "traces" / "mooncake_fast25" / "conversation_trace.jsonl"
+# The bundled slice: the full trace's first 600 requests (these tests use 300 of them).
+TRACE = Path(bundled_trace_path("mooncake-slice"))
 
 # --------------------------------------------------------------------------- synthetic run
 

@@ -34,8 +34,14 @@ AZURE_CONV = TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 BAD = Path(__file__).resolve().parent / "data" / "bad"
 MANIFEST: dict[str, dict[str, Any]] = tomllib.loads((BAD / "MANIFEST.toml").read_text())
 
-needs_mooncake = pytest.mark.skipif(not MOONCAKE.exists(), reason="shared traces not present")
-needs_azure = pytest.mark.skipif(not AZURE_CONV.exists(), reason="shared traces not present")
+needs_mooncake = pytest.mark.skipif(
+    not MOONCAKE.exists(),
+    reason="full traces not present: run from a checkout beside ../shared/traces, see README",
+)
+needs_azure = pytest.mark.skipif(
+    not AZURE_CONV.exists(),
+    reason="full traces not present: run from a checkout beside ../shared/traces, see README",
+)
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,14 @@ from prefillkit.app.compare import (
     write_compare,
     write_dir_report,
 )
-from prefillkit.app.launch import PRESETS, build_config, header_lines, knob_defaults
+from prefillkit.app.launch import (
+    PRESETS,
+    base_text,
+    build_config,
+    header_lines,
+    knob_defaults,
+    setting_sources,
+)
 from prefillkit.app.replay import (
     GENERATORS,
     InputError,
@@ -73,11 +80,16 @@ from prefillkit.app.settings import (
     knob_table,
     suggest_flag,
 )
-from prefillkit.report.compare import comparison_table
+from prefillkit.report.compare import comparison_table, headline_table
+from prefillkit.report.deployment import deployment_panel
+from prefillkit.report.labels import metric_label
 from prefillkit.sim.engine import Engine, SimConfigError
 from prefillkit.sim.output import json_ready, summary_document, write_run
+from prefillkit.sim.slo import parse_duration_s, parse_percentiles, pct_key, pct_label
 from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s
+from prefillkit.sim.trace_events import write_trace_events
 from prefillkit.text import one_line
+from prefillkit.workloads.bundled import BUNDLED_TRACES, resolve_trace
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.generators import (
     SEED_AGENTIC,
@@ -285,30 +297,99 @@ def _fmt_float(value: Any, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
-_SUMMARY_ROWS: list[tuple[str, str, Callable[[Any], str]]] = [
-    ("requests", "requests", _fmt_count),
-    ("completed", "completed", _fmt_count),
-    ("rejected", "rejected", _fmt_count),
-    ("unfinished", "unfinished", _fmt_count),
-    ("ttft_p50_s", "TTFT p50", _fmt_seconds),
-    ("ttft_p90_s", "TTFT p90", _fmt_seconds),
-    ("ttft_p99_s", "TTFT p99", _fmt_seconds),
-    ("ttft_max_s", "TTFT max", _fmt_seconds),
-    ("ttft_mean_s", "TTFT mean", _fmt_seconds),
-    ("queueing_mean_s", "queueing mean", _fmt_seconds),
-    ("device_hit_rate", "device (L1) hit rate", _fmt_pct),
-    ("host_hit_rate", "host (L2) hit rate", _fmt_pct),
-    ("cache_hit_rate", "cache hit rate", _fmt_pct),
-    ("input_throughput_tok_s", "input throughput (tok/s)", lambda v: _fmt_float(v, 0)),
-    ("executor_utilization", "executor utilization", _fmt_pct),
-    ("num_batches", "prefill batches", _fmt_count),
-    ("mean_batch_size", "mean batch size", _fmt_float),
-    ("mean_chunks_per_request", "chunks per request", _fmt_float),
-    ("preemptions", "preemptions", _fmt_count),
-    ("retractions", "retractions", _fmt_count),
-    ("evicted_pages", "evicted pages", _fmt_count),
-    ("sim_duration_s", "simulated time", _fmt_seconds),
-]
+def _fmt_tokens(value: Any) -> str:
+    return "-" if value is None else f"{int(value):,} tok"
+
+
+def _quantiles_shown(metrics: dict[str, Any]) -> list[float]:
+    """The percentiles the run asked for (``--percentiles``), else 50 / 90 / 99."""
+    chosen = metrics.get("percentiles")
+    if isinstance(chosen, list) and chosen:
+        return [float(q) for q in chosen]
+    return [50.0, 90.0, 99.0]
+
+
+def _latency_rows(metrics: dict[str, Any], metric: str, name: str) -> list[tuple[str, str]]:
+    rows = []
+    for q in _quantiles_shown(metrics):
+        key = pct_key(metric, q)
+        if key in metrics:
+            rows.append((f"{name} {pct_label(q)}", _fmt_seconds(metrics[key])))
+    for stat in ("max", "mean", "std"):
+        key = f"{metric}_{stat}_s"
+        if key in metrics:
+            rows.append((f"{name} {stat}", _fmt_seconds(metrics[key])))
+    return rows
+
+
+def _summary_sections(metrics: dict[str, Any]) -> list[list[tuple[str, str]]]:
+    """The console summary's rows, in sections; every label from report/labels.py or
+    written here (never a raw key)."""
+
+    def rows(*specs: tuple[str, Callable[[Any], str]]) -> list[tuple[str, str]]:
+        return [(metric_label(k), fmt(metrics[k])) for k, fmt in specs if k in metrics]
+
+    sections = [
+        rows(
+            ("requests", _fmt_count),
+            ("completed", _fmt_count),
+            ("rejected", _fmt_count),
+            ("unfinished", _fmt_count),
+        ),
+        _latency_rows(metrics, "ttft", "TTFT") + _latency_rows(metrics, "queueing", "queueing"),
+    ]
+    if "slo_ttft_s" in metrics:
+        sections.append(
+            [
+                ("SLO: TTFT <=", _fmt_seconds(metrics["slo_ttft_s"])),
+                (metric_label("slo_attainment"), _fmt_pct(metrics.get("slo_attainment"))),
+                ("goodput (req/s)", _fmt_float(metrics.get("goodput_req_s"), 3)),
+            ]
+        )
+    sections.append(
+        rows(
+            ("device_hit_rate", _fmt_pct),
+            ("host_hit_rate", _fmt_pct),
+            ("cache_hit_rate", _fmt_pct),
+            ("prompt_tokens", _fmt_tokens),
+            ("batch_device_hit_tokens", _fmt_tokens),
+            ("batch_host_hit_tokens", _fmt_tokens),
+            ("batch_carried_prefix_tokens", _fmt_tokens),
+        )
+    )
+    sections.append(
+        [
+            ("input throughput (tok/s)", _fmt_float(metrics.get("input_throughput_tok_s"), 0)),
+            *rows(
+                ("executor_utilization", _fmt_pct),
+                ("num_batches", _fmt_count),
+                ("mean_batch_size", _fmt_float),
+                ("mean_chunks_per_request", _fmt_float),
+            ),
+        ]
+    )
+    sections.append(
+        rows(
+            ("admission_passes", _fmt_count),
+            ("empty_passes", _fmt_count),
+            ("preemptions", _fmt_count),
+            ("retractions", _fmt_count),
+            ("evicted_pages", _fmt_count),
+            ("stuck", _fmt_count),
+            ("sim_duration_s", _fmt_seconds),
+        )
+    )
+    return [sec for sec in sections if sec]
+
+
+def _deployment_table(doc: dict[str, Any]) -> Table:
+    table = Table(title="deployment", header_style="bold")
+    table.add_column("setting")
+    table.add_column("value")
+    table.add_column("from")
+    for label, value, source in deployment_panel(doc):
+        table.add_row(label, value, source)
+    return table
 
 
 def _ttft_quad(metrics: dict[str, Any], prefix: str) -> str:
@@ -370,9 +451,11 @@ def print_summary_table(doc: dict[str, Any], *, wall_time_s: float | None = None
     table = Table(title=title, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right", no_wrap=True)
-    for key, label, fmt in _SUMMARY_ROWS:
-        if key in metrics:
-            table.add_row(label, fmt(metrics[key]))
+    for i, section in enumerate(_summary_sections(metrics)):
+        if i:
+            table.add_section()
+        for label, text in section:
+            table.add_row(label, text)
     steady = _steady_rows(metrics)
     if steady:
         table.add_section()
@@ -384,6 +467,7 @@ def print_summary_table(doc: dict[str, Any], *, wall_time_s: float | None = None
     console = make_console()
     console.print(f"workload: {wl.get('source', '-')}", markup=False, highlight=False)
     console.print(f"deployment: {deployment}", markup=False, highlight=False)
+    console.print(_deployment_table(doc))
     console.print(table)
 
 
@@ -594,7 +678,13 @@ _FORMAT_OPTION: _Decorator = click.option(
 )
 
 _WORKLOAD_OPTIONS: tuple[_Decorator, ...] = (
-    click.option("--trace", metavar="PATH", help="Trace file to replay (default: a generator)."),
+    click.option(
+        "--trace",
+        metavar="PATH",
+        help="Trace file to replay, or a bundled trace by name: "
+        + ", ".join(BUNDLED_TRACES)
+        + " (600 requests of the Mooncake conversation trace) [default: a generator].",
+    ),
     _FORMAT_OPTION,
     *_GENERATOR_OPTIONS,
     click.option(
@@ -690,6 +780,26 @@ partial and exits with status 130.
     "overload metrics.",
 )
 @click.option(
+    "--percentiles",
+    metavar="LIST",
+    help="TTFT / queueing percentiles the summary shows, comma separated, as vLLM's "
+    "--metric-percentiles (e.g. 50,90,99.9); p50/p90/p95/p99 are always in summary.json. "
+    "[default: 50,90,95,99]",
+)
+@click.option(
+    "--slo-ttft",
+    metavar="DURATION",
+    help="TTFT SLO (2s, 2000ms; a bare number is seconds): adds SLO attainment (share of all "
+    "requests with TTFT within it) and goodput (those per second), as vLLM's "
+    "--goodput ttft:2000.",
+)
+@click.option(
+    "--trace-events",
+    metavar="FILE",
+    help="Write the run's timeline (forwards and request lifecycles) to FILE in the "
+    "Chrome / Perfetto trace-event JSON format (open in ui.perfetto.dev or chrome://tracing).",
+)
+@click.option(
     "--out",
     metavar="DIR",
     help="Write summary.json, requests.csv and batches.csv into DIR (created if needed).",
@@ -741,8 +851,13 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     except ValueError as exc:
         raise InputError(f"--window-s: {exc}") from None
 
+    percentiles, slo_ttft_s = _latency_options(params)
+
     def announce(engine: Engine) -> None:
         engine.window_s = window_s
+        if percentiles is not None:
+            engine.percentiles = percentiles
+        engine.slo_ttft_s = slo_ttft_s
         if not quiet:
             for text in header_lines(resolved):
                 echo_err(text)
@@ -763,7 +878,17 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
         # setting at fault comes from it.
         raise type(exc)(resolved.blame(str(exc))) from None
     doc = summary_document(result, name=name, config=describe(cfg), workload=workload.info)
+    doc["base"] = base_text(resolved)
+    doc["sources"] = setting_sources(resolved)
     wall = result.summary.get("wall_time_s")
+    trace_events: str | None = params["trace_events"]
+    if trace_events is not None:
+        try:
+            write_trace_events(result, trace_events)
+        except OSError as exc:
+            raise InputError(f"--trace-events {trace_events}: {_os_reason(exc)}") from None
+        if not quiet:
+            echo_err(f"wrote {trace_events} (open in ui.perfetto.dev or chrome://tracing)")
     if out is not None:
         try:
             write_run(result, out, doc)
@@ -787,6 +912,23 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             f"requests finished{where}"
         )
         ctx.exit(EXIT_INTERRUPTED)
+
+
+def _latency_options(params: dict[str, Any]) -> tuple[tuple[float, ...] | None, float | None]:
+    """``--percentiles`` and ``--slo-ttft`` parsed (None when not given)."""
+    percentiles: tuple[float, ...] | None = None
+    if params.get("percentiles") is not None:
+        try:
+            percentiles = parse_percentiles(params["percentiles"])
+        except ValueError as exc:
+            raise InputError(f"--percentiles: {exc}") from None
+    slo: float | None = None
+    if params.get("slo_ttft") is not None:
+        try:
+            slo = parse_duration_s(params["slo_ttft"])
+        except ValueError as exc:
+            raise InputError(f"--slo-ttft: {exc}") from None
+    return percentiles, slo
 
 
 COMPARE_HELP = """Replay one workload under several named config variants and compare them.
@@ -879,6 +1021,18 @@ workers and exits with status 130.
     help="Also write DIR/report.html, a self-contained HTML report (needs --out).",
 )
 @click.option(
+    "--percentiles",
+    metavar="LIST",
+    help="TTFT / queueing percentiles of each variant's summary.json beyond p50/p90/p95/p99 "
+    "(e.g. 99.9), as for replay.",
+)
+@click.option(
+    "--slo-ttft",
+    metavar="DURATION",
+    help="TTFT SLO (2s, 2000ms): adds SLO attainment and goodput to every variant and to "
+    "the comparison, as for replay.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -919,6 +1073,10 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
                 f"variant {pv.name!r}: ignored SGLang flags: {' '.join(dict.fromkeys(pv.ignored))}"
             )
     jobs: int = params["jobs"] or default_jobs(len(prepared))
+    percentiles, slo_ttft_s = _latency_options(params)
+    latency: dict[str, Any] = {"slo_ttft_s": slo_ttft_s}
+    if percentiles is not None:
+        latency["percentiles"] = percentiles
 
     if out is not None:
         try:
@@ -954,7 +1112,7 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
                 f"{workload.info['source']} in {workers} (Ctrl-C stops)"
             )
         try:
-            run_variants(prepared, workload, root, jobs=jobs, on_done=done)
+            run_variants(prepared, workload, root, jobs=jobs, on_done=done, latency=latency)
         except VariantsInterrupted as exc:
             echo_err(
                 f"prefillkit: interrupted: stopped the variant runs ({len(exc.finished)} of "
@@ -988,6 +1146,7 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
                 highlight=False,
             )
         console.print(comparison_table(doc))
+        console.print(headline_table(doc))
     if params["write_html"] and out is not None:
         report = write_dir_report(out)
         if not quiet:
@@ -1131,6 +1290,7 @@ def trace_stats_cmd(
     """
     if block_size is not None and fmt in ("azure", "jsonl"):
         raise InputError(f"--block-size does not apply to the {fmt} format")
+    path = resolve_trace(path)  # a bundled name (mooncake-slice) or a path
     real_fmt = detect_format(path) if fmt == "auto" else fmt
     if block_size is not None and real_fmt in ("azure", "jsonl"):
         raise InputError(f"--block-size does not apply to the {real_fmt} format")

@@ -405,13 +405,33 @@ def _worker_init(records: list[TraceRecord]) -> None:
     _WORKER_RECORDS[:] = records
 
 
-def _run_one(name: str, cfg: Config, workload_info: dict[str, Any], out_dir: str) -> VariantOutcome:
-    """Worker: replay the shared records with ``cfg`` and write the run to ``out_dir``."""
+def _run_one(
+    name: str,
+    cfg: Config,
+    workload_info: dict[str, Any],
+    out_dir: str,
+    latency: Mapping[str, Any] | None = None,
+) -> VariantOutcome:
+    """Worker: replay the shared records with ``cfg`` and write the run to ``out_dir``.
+
+    ``latency``: engine attributes of the summary's latency metrics (``percentiles``,
+    ``slo_ttft_s``: ``--percentiles`` / ``--slo-ttft``), the same for every variant.
+    """
     t0 = time.perf_counter()
     page_size = cfg.resolved_page_size
     requests = [to_request(r, page_size) for r in _WORKER_RECORDS]
+
+    def configure(engine: Any) -> None:
+        for key, value in (latency or {}).items():
+            setattr(engine, key, value)
+
     result = run_replay(
-        cfg.sim_settings(), requests, progress=False, handle_sigint=False, description=name
+        cfg.sim_settings(),
+        requests,
+        progress=False,
+        handle_sigint=False,
+        description=name,
+        on_start=configure,
     )
     doc = summary_document(result, name=name, config=describe(cfg), workload=workload_info)
     write_run(result, out_dir, doc)
@@ -459,6 +479,7 @@ def run_variants(
     *,
     jobs: int,
     on_done: Callable[[VariantOutcome], None] | None = None,
+    latency: Mapping[str, Any] | None = None,
 ) -> list[VariantOutcome]:
     """Run every variant in a pool of ``jobs`` worker processes; outcomes in variant order.
 
@@ -491,7 +512,7 @@ def run_variants(
                 initargs=(workload.records,),
             )
             for pv in variants:
-                fut = pool.submit(_run_one, pv.name, pv.config, info, str(root / pv.name))
+                fut = pool.submit(_run_one, pv.name, pv.config, info, str(root / pv.name), latency)
                 pending[fut] = pv.name
         finally:
             if old_mask is not None:

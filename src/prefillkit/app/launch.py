@@ -47,11 +47,13 @@ __all__ = [
     "PRESETS",
     "SGLANG_DEFAULTS",
     "ResolvedSettings",
+    "base_text",
     "build_config",
     "choose_base",
     "deployment_defaults",
     "header_lines",
     "preset_values",
+    "setting_sources",
 ]
 
 #: The deployment ``prefillkit replay`` simulates without launch flags: GLM-5 on 8×H200,
@@ -302,6 +304,30 @@ def header_lines(resolved: ResolvedSettings) -> list[str]:
             source = "default with CP"
         parts.append(f"{label} {_shown(value)} ({source})")
     return [first, "settings: " + ", ".join(parts)]
+
+
+def base_text(resolved: ResolvedSettings) -> str:
+    """What the settings were laid over, in words (the header's first line)."""
+    if resolved.preset is None:
+        return "the launch line over SGLang 0.5.23's defaults"
+    if resolved.implied:
+        return "the demo preset (no launch flags given)"
+    return f"preset {resolved.preset}"
+
+
+def setting_sources(resolved: ResolvedSettings) -> dict[str, str]:
+    """Field -> where its value came from, for every setting (``summary.json``
+    ``sources``; the header's sources: ``line``, ``file``, ``preset NAME``, ``SGLang
+    default``, ``default``; the model names the flag that chose it)."""
+    cfg = resolved.config
+    out = {f.name: resolved.sources.get(f.name, "default") for f in dataclasses.fields(cfg)}
+    if "model_config" in resolved.sources:
+        out["model"] = f"{resolved.sources['model_config']}: --model-config"
+    elif "model_path" in resolved.sources:
+        out["model"] = f"{resolved.sources['model_path']}: --model-path"
+    if out["page_size"] == "default" and cfg.cp_size > 1:
+        out["page_size"] = "default with CP"
+    return out
 
 
 def knob_defaults() -> dict[str, dict[str, object]]:

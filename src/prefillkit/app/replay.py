@@ -35,6 +35,7 @@ from prefillkit.cache import KVPool, PrefixCache
 from prefillkit.request import Request
 from prefillkit.sim.engine import Engine, SimResult, key_tokens_of
 from prefillkit.sim.settings import SimSettings
+from prefillkit.workloads.bundled import resolve_trace
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.generators import (
     SEED_AGENTIC,
@@ -255,14 +256,15 @@ def load_requests(spec: WorkloadSpec, *, page_size: int, seed: int = 0) -> Workl
                 f"--format: unknown trace format {spec.fmt!r}; expected one of "
                 f"{', '.join((*FORMATS, 'auto'))}"
             )
-        real_fmt = detect_format(spec.trace) if spec.fmt == "auto" else spec.fmt
+        path = resolve_trace(spec.trace)  # a bundled name (mooncake-slice) or a path
+        real_fmt = detect_format(path) if spec.fmt == "auto" else spec.fmt
         if spec.block_size is not None and real_fmt in ("azure", "jsonl"):
             raise InputError(f"--block-size does not apply to the {real_fmt} format")
-        records, skipped = load_records(spec.trace, real_fmt, opts, block_size=spec.block_size)
+        records, skipped = load_records(path, real_fmt, opts, block_size=spec.block_size)
         info: dict[str, Any] = {
             "source": f"{real_fmt}:{spec.trace}",
             "kind": "trace",
-            "path": spec.trace,
+            "path": path,
             "format": real_fmt,
             "block_size": spec.block_size,
         }
@@ -334,7 +336,6 @@ class _ProgressBar:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
-            MofNCompleteColumn,
             Progress,
             TaskProgressColumn,
             TextColumn,
@@ -342,12 +343,16 @@ class _ProgressBar:
             TimeRemainingColumn,
         )
 
+        from prefillkit.app.progress import CountColumn
+
         self.progress = Progress(
             TextColumn("[progress.description]{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
+            CountColumn("requests finished"),
             TaskProgressColumn(),
+            TextColumn("elapsed"),
             TimeElapsedColumn(),
+            TextColumn("ETA"),
             TimeRemainingColumn(),
             console=Console(stderr=True),
             auto_refresh=False,

@@ -18,14 +18,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from rich.markup import escape
 from rich.table import Table
 
+from prefillkit.report.labels import metric_kind
+from prefillkit.report.labels import metric_label as _label_of
 from prefillkit.report.rundir import RunData
 
 __all__ = [
+    "HEADLINE_METRICS",
     "IMPROVED_BELOW",
     "KEY_METRICS",
     "WORSE_ABOVE",
+    "bootstrap_diffs",
     "bootstrap_p99_diff",
     "compare_runs",
     "comparison_rows",
@@ -33,6 +38,8 @@ __all__ = [
     "format_delta",
     "format_metric",
     "format_ratio",
+    "headline_rows",
+    "headline_table",
     "metric_label",
     "paired_ttft",
     "paired_ttft_values",
@@ -48,15 +55,20 @@ KEY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("rejected", "rejected", "count"),
     ("ttft_p50_s", "TTFT p50", "s"),
     ("ttft_p90_s", "TTFT p90", "s"),
+    ("ttft_p95_s", "TTFT p95", "s"),
     ("ttft_p99_s", "TTFT p99", "s"),
     ("ttft_max_s", "TTFT max", "s"),
     ("ttft_mean_s", "TTFT mean", "s"),
+    ("ttft_std_s", "TTFT std", "s"),
     ("steady_ttft_p90_s", "steady TTFT p90", "s"),
     ("steady_ttft_p99_s", "steady TTFT p99", "s"),
     ("warm_ttft_p99_s", "warm TTFT p99", "s"),
     ("cold_ttft_p99_s", "cold TTFT p99", "s"),
     ("overloaded", "overloaded", "flag"),
     ("queueing_mean_s", "queueing mean", "s"),
+    ("queueing_p99_s", "queueing p99", "s"),
+    ("slo_attainment", "SLO attainment", "frac"),
+    ("goodput_req_s", "goodput", "req_s"),
     ("cache_hit_rate", "cache hit rate", "frac"),
     ("device_hit_rate", "device hit rate", "frac"),
     ("host_hit_rate", "host hit rate", "frac"),
@@ -72,6 +84,38 @@ KEY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("evicted_pages", "evicted pages", "count"),
     ("sim_duration_s", "simulated duration", "s"),
 )
+
+#: The rows of the comparison's lead table: (metric key, which way is better: -1 lower,
+#: +1 higher, 0 neither). The TTFT statistics get a paired bootstrap interval
+#: (:data:`_PAIRED_STATS`); the others a plain difference.
+HEADLINE_METRICS: tuple[tuple[str, int], ...] = (
+    ("ttft_p50_s", -1),
+    ("ttft_p90_s", -1),
+    ("ttft_p99_s", -1),
+    ("ttft_mean_s", -1),
+    ("ttft_max_s", -1),
+    ("warm_ttft_p99_s", -1),
+    ("cold_ttft_p99_s", -1),
+    ("queueing_mean_s", -1),
+    ("slo_attainment", 1),
+    ("goodput_req_s", 1),
+    ("cache_hit_rate", 1),
+    ("input_throughput_tok_s", 1),
+    ("executor_utilization", 0),
+    ("num_batches", 0),
+    ("mean_batch_size", 0),
+    ("overloaded", -1),
+)
+
+# Paired bootstrap statistics of TTFT: summary key -> quantile (None: the mean).
+_PAIRED_STATS: dict[str, float | None] = {
+    "ttft_p50_s": 0.50,
+    "ttft_p90_s": 0.90,
+    "ttft_p99_s": 0.99,
+    "ttft_mean_s": None,
+}
+# A change without an interval counts when it moves the value by more than this fraction.
+_PLAIN_CHANGE = 0.01
 _KIND = {key: kind for key, _, kind in KEY_METRICS}
 _LABEL = {key: label for key, label, _ in KEY_METRICS}
 
@@ -192,6 +236,56 @@ def ratio_summary(ratios: Sequence[float] | np.ndarray) -> dict[str, float | int
 _BOOT_BLOCK_ELEMS = 4_000_000
 
 
+def bootstrap_diffs(
+    base_ttft: Sequence[float] | np.ndarray,
+    other_ttft: Sequence[float] | np.ndarray,
+    stats: Sequence[float | None],
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    ci: float = 0.95,
+) -> list[tuple[float, float, float]]:
+    """Paired bootstrap of several statistics at once: ``(diff, lo, hi)`` per stat.
+
+    A stat is a quantile in (0, 1] or ``None`` for the mean. The resamples are the same
+    for every stat (and, for 0.99, the same as :func:`bootstrap_p99_diff` with the same
+    seed, which is this with ``stats=[0.99]``). No pairs: NaN triples.
+    """
+    b = np.asarray(base_ttft, dtype=float)
+    o = np.asarray(other_ttft, dtype=float)
+    if b.ndim != 1 or o.ndim != 1 or b.shape != o.shape:
+        raise ValueError(
+            f"bootstrap needs two 1-D arrays of equal length, got {b.shape} and {o.shape}"
+        )
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    if not 0.0 < ci < 1.0:
+        raise ValueError(f"ci must be in (0, 1), got {ci}")
+    n = len(b)
+    if n == 0:
+        return [(math.nan, math.nan, math.nan) for _ in stats]
+
+    def stat(x: np.ndarray, q: float | None, axis: int | None = None) -> Any:
+        return np.mean(x, axis=axis) if q is None else np.quantile(x, q, axis=axis)
+
+    point = [float(stat(o, q) - stat(b, q)) for q in stats]
+    rng = np.random.default_rng(seed)
+    block = max(1, _BOOT_BLOCK_ELEMS // n)
+    diffs = np.empty((len(stats), n_boot), dtype=float)
+    for start in range(0, n_boot, block):
+        stop = min(n_boot, start + block)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        ob, bb = o[idx], b[idx]
+        for k, q in enumerate(stats):
+            diffs[k, start:stop] = stat(ob, q, axis=1) - stat(bb, q, axis=1)
+    alpha = (1.0 - ci) / 2.0
+    out = []
+    for k in range(len(stats)):
+        lo, hi = np.quantile(diffs[k], [alpha, 1.0 - alpha])
+        out.append((point[k], float(lo), float(hi)))
+    return out
+
+
 def bootstrap_p99_diff(
     base_ttft: Sequence[float] | np.ndarray,
     other_ttft: Sequence[float] | np.ndarray,
@@ -213,24 +307,8 @@ def bootstrap_p99_diff(
         raise ValueError(
             f"bootstrap_p99_diff needs two 1-D arrays of equal length, got {b.shape} and {o.shape}"
         )
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
-    if not 0.0 < ci < 1.0:
-        raise ValueError(f"ci must be in (0, 1), got {ci}")
-    n = len(b)
-    if n == 0:
-        return math.nan, math.nan, math.nan
-    diff = float(np.quantile(o, 0.99) - np.quantile(b, 0.99))
-    rng = np.random.default_rng(seed)
-    block = max(1, _BOOT_BLOCK_ELEMS // n)
-    diffs = np.empty(n_boot, dtype=float)
-    for start in range(0, n_boot, block):
-        stop = min(n_boot, start + block)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        diffs[start:stop] = np.quantile(o[idx], 0.99, axis=1) - np.quantile(b[idx], 0.99, axis=1)
-    alpha = (1.0 - ci) / 2.0
-    lo, hi = np.quantile(diffs, [alpha, 1.0 - alpha])
-    return diff, float(lo), float(hi)
+    ((diff, lo, hi),) = bootstrap_diffs(b, o, [0.99], n_boot=n_boot, seed=seed, ci=ci)
+    return diff, lo, hi
 
 
 # --------------------------------------------------------------------------- compare
@@ -285,7 +363,10 @@ def compare_runs(
         paired: dict[str, Any] | None = None
         if i > 0:
             rids, bt, ot = paired_ttft_values(base, run)
-            d, lo, hi = bootstrap_p99_diff(bt, ot, n_boot=n_boot, seed=seed, ci=ci)
+            boot = bootstrap_diffs(
+                bt, ot, list(_PAIRED_STATS.values()), n_boot=n_boot, seed=seed, ci=ci
+            )
+            d, lo, hi = boot[list(_PAIRED_STATS).index("ttft_p99_s")]
             paired = {
                 "n_paired": len(bt),
                 "ratio": ratio_summary(ot / bt if len(bt) else []),
@@ -295,6 +376,11 @@ def compare_runs(
                 "p99_diff_hi_s": hi,
                 "base_p99_s": float(np.quantile(bt, 0.99)) if len(bt) else None,
                 "other_p99_s": float(np.quantile(ot, 0.99)) if len(ot) else None,
+                # Paired difference with its interval for each TTFT statistic.
+                "diff_ci": {
+                    key: {"diff": dd, "lo": ll, "hi": hh}
+                    for key, (dd, ll, hh) in zip(_PAIRED_STATS, boot, strict=True)
+                },
             }
         variants.append(
             {
@@ -313,6 +399,7 @@ def compare_runs(
         "n_boot": n_boot,
         "seed": seed,
         "metrics": [{"key": k, "label": label, "kind": kind} for k, label, kind in KEY_METRICS],
+        "headline": [{"key": k, "better": d} for k, d in HEADLINE_METRICS],
         "variants": variants,
     }
     return _jsonable(out)
@@ -341,7 +428,7 @@ def format_metric(key: str, value: float | None, *, kind: str | None = None) -> 
     """Human-readable value of metric ``key`` (``-`` when missing)."""
     if value is None or not math.isfinite(value):
         return "-"
-    kind = kind or _KIND.get(key) or ("s" if key.endswith("_s") else "float")
+    kind = kind or _KIND.get(key) or metric_kind(key)
     if kind == "flag":
         return "yes" if value else "no"
     if kind == "s":
@@ -352,6 +439,10 @@ def format_metric(key: str, value: float | None, *, kind: str | None = None) -> 
         return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
     if kind == "tok_s":
         return f"{value:,.0f} tok/s"
+    if kind == "req_s":
+        return f"{value:,.3g} req/s"
+    if kind == "tokens":
+        return f"{value:,.0f}"
     return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
@@ -370,7 +461,7 @@ def format_delta(key: str, delta: float | None) -> str:
         return "-"
     if delta == 0:
         return "±0"
-    kind = _KIND.get(key, "float")
+    kind = _KIND.get(key) or metric_kind(key)
     sign = "+" if delta > 0 else "−"
     if kind == "frac":
         return f"{sign}{abs(delta) * 100:.1f} pp"
@@ -464,6 +555,26 @@ def _paired_rows(variants: list[dict[str, Any]], ci: float) -> list[list[str]]:
     return [[label] + [cell(v, fn) for v in variants] for label, fn in specs]
 
 
+def headline_table(cmp: dict[str, Any]) -> Table:
+    """Rich table of :func:`headline_rows`: the comparison's lead table with verdicts."""
+    header, rows = headline_rows(cmp)
+    ci = float(cmp.get("ci", 0.95))
+    table = Table(
+        title=f"Verdict vs baseline {cmp.get('baseline', '')}",
+        caption=escape(
+            f"Δ [lo, hi]: paired {ci * 100:.0f}% bootstrap interval over requests for TTFT "
+            "statistics; better/worse: the interval excludes 0 (others: moved by more than 1%)"
+        ),
+    )
+    table.add_column(header[0], style="bold", no_wrap=True)
+    for h in header[1:-1]:
+        table.add_column(h, justify="right")
+    table.add_column(header[-1])
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def comparison_table(cmp: dict[str, Any]) -> Table:
     """Rich table of :func:`compare_runs` output: metrics by variant, then paired stats."""
     header, rows, paired = comparison_rows(cmp)
@@ -488,4 +599,82 @@ def comparison_table(cmp: dict[str, Any]) -> Table:
 
 
 def metric_label(key: str) -> str:
-    return _LABEL.get(key, key)
+    """The label of ``key`` (:mod:`prefillkit.report.labels`; never the raw key)."""
+    return _LABEL.get(key) or _label_of(key)
+
+
+def _verdict_word(
+    delta: float, lo: float | None, hi: float | None, base: float, better: int
+) -> str:
+    """``better`` / ``worse`` / ``no clear change`` / ``higher`` / ``lower`` / ``same``."""
+    if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
+        if lo == hi == delta == 0.0:
+            return "same"
+        if lo <= 0.0 <= hi:
+            return "no clear change"
+        up = lo > 0.0
+    else:
+        scale = abs(base) if base else 1.0
+        if abs(delta) <= _PLAIN_CHANGE * scale:
+            return "same"
+        up = delta > 0.0
+    if better == 0:
+        return "higher" if up else "lower"
+    return "better" if (up and better > 0) or (not up and better < 0) else "worse"
+
+
+def headline_rows(cmp: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """``(header, rows)`` of the comparison's lead table, as plain text.
+
+    One row per :data:`HEADLINE_METRICS` metric present in any variant: its label, the
+    baseline's value, each other variant's value with the difference (and, for the TTFT
+    statistics, the paired bootstrap interval: ``Δ [lo, hi]``), and a one-line verdict
+    naming each variant: *better* / *worse* (the interval excludes 0, or without an
+    interval the value moved by more than 1 %), *no clear change* (the interval holds 0),
+    *same*, or *higher* / *lower* for a metric that is neither better up nor down.
+    """
+    variants: list[dict[str, Any]] = cmp.get("variants", [])
+    ci = float(cmp.get("ci", 0.95))
+    header = ["metric"] + [
+        f"{v['name']} (baseline)" if v.get("is_baseline") else str(v["name"]) for v in variants
+    ]
+    header.append("verdict")
+    spec = cmp.get("headline") or [{"key": k, "better": d} for k, d in HEADLINE_METRICS]
+    rows: list[list[str]] = []
+    for item in spec:
+        key, better = item["key"], int(item.get("better", 0))
+        if all(v["metrics"].get(key) is None for v in variants):
+            continue
+        row = [metric_label(key)]
+        verdicts: list[str] = []
+        base_value = variants[0]["metrics"].get(key) if variants else None
+        for v in variants:
+            value = v["metrics"].get(key)
+            text = format_metric(key, value)
+            if v.get("is_baseline") or value is None or base_value is None:
+                row.append(text)
+                continue
+            delta = v["delta"].get(key)
+            if delta is None:
+                row.append(text)
+                continue
+            band = ((v.get("paired") or {}).get("diff_ci") or {}).get(key)
+            lo = hi = None
+            if band and band.get("lo") is not None and band.get("hi") is not None:
+                lo, hi = float(band["lo"]), float(band["hi"])
+                text += f" ({format_delta(key, delta)} [{format_delta(key, lo)}, "
+                text += f"{format_delta(key, hi)}])"
+            elif _KIND.get(key) != "flag":
+                text += f" ({format_delta(key, delta)})"
+            row.append(text)
+            if _KIND.get(key) == "flag":
+                word = (
+                    "same" if bool(value) == bool(base_value) else ("worse" if value else "better")
+                )
+            else:
+                word = _verdict_word(float(delta), lo, hi, float(base_value), better)
+            verdicts.append(f"{v['name']}: {word}")
+        row.append("; ".join(verdicts) if verdicts else "-")
+        rows.append(row)
+    del ci
+    return header, rows

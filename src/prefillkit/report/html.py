@@ -23,8 +23,10 @@ from prefillkit.report.compare import (
     WORSE_ABOVE,
     comparison_rows,
     format_metric,
+    headline_rows,
     metric_label,
 )
+from prefillkit.report.deployment import deployment_panel
 from prefillkit.report.plots import PLOTS, variant_colors, variant_labels
 from prefillkit.report.rundir import RunData
 
@@ -199,6 +201,56 @@ def _config_section(runs: Sequence[RunData]) -> str:
     return "".join(parts)
 
 
+def _deployment_section(runs: Sequence[RunData]) -> str:
+    """The deployment panel: one row per setting, a value (and its source) per run."""
+    panels = [deployment_panel(run.summary) for run in runs]
+    labels = [label for label, _, _ in panels[0]]
+    for panel in panels[1:]:
+        labels += [label for label, _, _ in panel if label not in labels]
+    by_run = [{label: (value, source) for label, value, source in p} for p in panels]
+    head = f"<tr><th>setting</th>{_run_header_cells(runs)}</tr>"
+    rows = []
+    for label in labels:
+        cells = []
+        for table in by_run:
+            value, source = table.get(label, ("-", "-"))
+            sub = f'<span class="sub">{_e(source)}</span>' if source != "-" else ""
+            cells.append(f"<td>{_e(value)}{sub}</td>")
+        rows.append(f"<tr><td>{_e(label)}</td>{''.join(cells)}</tr>")
+    return (
+        "<h2>Deployment</h2>"
+        '<p class="meta">What was simulated; under each value, where it came from (the launch '
+        "line, a config file, a preset or a default).</p>" + _table("deployment", head, rows)
+    )
+
+
+def _headline_section(cmp: dict[str, Any]) -> str:
+    """The comparison's lead table: variants side by side, paired CIs, a verdict per row."""
+    header, rows = headline_rows(cmp)
+    ci = float(cmp.get("ci", 0.95))
+    head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>"
+
+    def cell(text: str) -> str:
+        if text.endswith(")") and " (" in text:
+            value, rest = text.split(" (", 1)
+            return f'<td class="num">{_e(value)}<span class="sub">{_e(rest[:-1])}</span></td>'
+        return f'<td class="num">{_e(text)}</td>'
+
+    body = [
+        f"<tr><td>{_e(r[0])}</td>{''.join(cell(c) for c in r[1:-1])}<td>{_e(r[-1])}</td></tr>"
+        for r in rows
+    ]
+    return (
+        f"<h2>Verdict vs baseline {_e(cmp.get('baseline', ''))}</h2>"
+        f'<p class="meta">Under each value: the difference from the baseline; for the TTFT '
+        f"statistics with its paired {ci * 100:.0f}% bootstrap interval over the requests "
+        f"finished in both runs ({_e(cmp.get('n_boot', '?'))} resamples). Verdict: "
+        "<em>better</em> / <em>worse</em> when the interval excludes 0 (metrics without an "
+        "interval: when the value moved by more than 1%), <em>no clear change</em> when it "
+        "holds 0.</p>" + _table("headline", head, body)
+    )
+
+
 def _summary_section(runs: Sequence[RunData]) -> str:
     keys = [k for k, _, _ in KEY_METRICS]
     extra: list[str] = []
@@ -302,9 +354,11 @@ def write_report(
 ) -> Path:
     """Write one self-contained HTML page about ``runs`` to ``out_path``; returns its path.
 
-    Sections: runs, configuration (flags that differ plus each full config in a
-    ``<details>``), summary metrics, the comparison (when ``comparison``, the output of
-    :func:`prefillkit.report.compare.compare_runs`, is given) and the plots.
+    One run: the deployment panel, runs, summary metrics, plots, configuration. With
+    ``comparison`` (the output of :func:`prefillkit.report.compare.compare_runs`): the
+    verdict table first (variants side by side, paired CIs, a verdict per metric), then
+    the plots, the deployment panel and runs, and the full comparison and summaries in
+    ``<details>``, then the configuration (flags that differ, each full config).
     """
     if not runs:
         raise ValueError("write_report needs at least one run")
@@ -312,13 +366,30 @@ def write_report(
     body = [
         f"<h1>{_e(title)}</h1>",
         f'<p class="meta">{len(runs)} run(s): {_e(", ".join(variant_labels(runs)))}.</p>',
-        _runs_section(runs),
-        _config_section(runs),
-        _summary_section(runs),
     ]
     if comparison is not None:
-        body.append(_comparison_section(runs, comparison))
-    body.append(_plots_section(runs))
+        # One table first (the verdict), then the plots; the details after them.
+        body += [
+            _headline_section(comparison),
+            _plots_section(runs),
+            _deployment_section(runs),
+            _runs_section(runs),
+            "<details><summary>Every metric, with differences and ratios</summary>",
+            _comparison_section(runs, comparison),
+            "</details>",
+            "<details><summary>Summary of each run</summary>",
+            _summary_section(runs),
+            "</details>",
+            _config_section(runs),
+        ]
+    else:
+        body += [
+            _deployment_section(runs),
+            _runs_section(runs),
+            _summary_section(runs),
+            _plots_section(runs),
+            _config_section(runs),
+        ]
     page = (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'

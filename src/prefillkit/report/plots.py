@@ -42,6 +42,7 @@ __all__ = [
     "render_plots",
     "variant_colors",
     "variant_labels",
+    "variant_markers",
     "window_series",
 ]
 
@@ -61,6 +62,9 @@ PALETTE: tuple[str, ...] = (
     "#8c564b",
     "#7f7f7f",
 )
+# One marker shape per variant (by position, as the colours), so that variants stay
+# apart where colours overlap or are printed in grey.
+MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 # Device / host / recomputed tokens in the cache split.
 _SPLIT_COLORS = ("#2a9d8f", "#e9c46a", "#e76f51")
 
@@ -84,6 +88,18 @@ def variant_labels(runs: Runs) -> list[str]:
 def variant_colors(runs: Runs) -> list[str]:
     """Colour of each run, by position: the same variant keeps its colour in every plot."""
     return [PALETTE[i % len(PALETTE)] for i in range(len(runs))]
+
+
+def variant_markers(runs: Runs) -> list[str]:
+    """Marker shape of each run, by position (the same in every plot)."""
+    return [MARKERS[i % len(MARKERS)] for i in range(len(runs))]
+
+
+def _variants(runs: Runs) -> list[tuple[RunData, str, str, str]]:
+    """``(run, label, colour, marker)`` of each run."""
+    return list(
+        zip(runs, variant_labels(runs), variant_colors(runs), variant_markers(runs), strict=True)
+    )
 
 
 def _new_figure(size: tuple[float, float] = FIGSIZE, rows: int = 1) -> tuple[Figure, list[Axes]]:
@@ -164,14 +180,26 @@ def plot_ttft_cdf(runs: Runs, out_path: str | Path) -> Path:
     fig, (ax,) = _new_figure()
     ax.set_title("TTFT distribution (finished requests)")
     entries = 0
-    for run, label, color in zip(runs, variant_labels(runs), variant_colors(runs), strict=True):
+    for run, label, color, marker in _variants(runs):
         t = run.finished_ttft()
         t = np.sort(t[t > 0])
         if len(t) == 0:
             continue
         y = np.arange(1, len(t) + 1) / len(t)
         p99 = float(np.quantile(t, 0.99))
-        ax.step(t, y, where="post", color=color, lw=1.8, label=f"{label} (p99 {_sec(p99)})")
+        # Markers at fixed quantiles (the same y for every variant), not every point.
+        marks = [int(q * (len(t) - 1)) for q in (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)]
+        ax.step(
+            t,
+            y,
+            where="post",
+            color=color,
+            lw=1.8,
+            marker=marker,
+            ms=5,
+            markevery=marks,
+            label=f"{label} (p99 {_sec(p99)})",
+        )
         entries += 1
     if entries == 0:
         _no_data(ax, "no finished requests")
@@ -215,7 +243,7 @@ def plot_ttft_over_time(runs: Runs, out_path: str | Path) -> Path:
     ax.set_title("TTFT over arrival time (finished requests)")
     entries = 0
     many = sum(len(r.finished_ttft()) for r in runs) > 5000
-    for run, label, color in zip(runs, variant_labels(runs), variant_colors(runs), strict=True):
+    for i, (run, label, color, marker) in enumerate(_variants(runs)):
         if run.num_requests == 0:
             continue
         mask = run.finished_mask()
@@ -224,15 +252,33 @@ def plot_ttft_over_time(runs: Runs, out_path: str | Path) -> Path:
         ok = np.isfinite(x) & np.isfinite(y) & (y > 0)
         if not ok.any():
             continue
+        # The first variant filled, the others hollow with their own marker, so that no
+        # variant's points hide another's.
+        hollow = i > 0
         ax.scatter(
             x[ok],
             y[ok],
-            s=4 if many else 9,
-            alpha=0.45 if many else 0.6,
-            color=color,
-            edgecolors="none",
+            s=6 if many else 14,
+            alpha=0.45 if many else 0.7,
+            marker=marker,
+            facecolors="none" if hollow else color,
+            edgecolors=color if hollow else "none",
+            linewidths=0.7,
             label=label,
             rasterized=True,
+            zorder=2 + i,
+        )
+        # The running p90 of the variant on top of the cloud.
+        bx, by = _binned_quantile(x[ok], y[ok], _auto_bins(int(ok.sum()), 40), 0.9)
+        ax.plot(
+            bx,
+            by,
+            color=color,
+            lw=1.6,
+            marker=marker,
+            ms=4,
+            zorder=20 + i,
+            label=f"{label}: p90 per time bin",
         )
         entries += 1
     if entries == 0:
@@ -255,6 +301,26 @@ def plot_ttft_over_time(runs: Runs, out_path: str | Path) -> Path:
             if handle is not None:
                 handle.set_alpha(1.0)
     return _save(fig, out_path)
+
+
+def _binned_quantile(
+    x: np.ndarray, y: np.ndarray, bins: int, q: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``q`` quantile of ``y`` in ``bins`` equal-width bins of ``x`` (empty dropped)."""
+    if len(x) == 0:
+        return np.zeros(0), np.zeros(0)
+    lo, hi = float(x.min()), float(x.max())
+    if hi <= lo:
+        return np.array([lo]), np.array([float(np.quantile(y, q))])
+    edges = np.linspace(lo, hi, bins + 1)
+    idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)
+    xs, ys = [], []
+    for b in range(bins):
+        sel = y[idx == b]
+        if len(sel):
+            xs.append((edges[b] + edges[b + 1]) / 2)
+            ys.append(float(np.quantile(sel, q)))
+    return np.array(xs), np.array(ys)
 
 
 def queue_length_series(run: RunData) -> tuple[np.ndarray, np.ndarray]:
@@ -288,13 +354,23 @@ def plot_queue_length(runs: Runs, out_path: str | Path) -> Path:
     fig, (ax,) = _new_figure()
     ax.set_title("Waiting queue length over time")
     entries = 0
-    for run, label, color in zip(runs, variant_labels(runs), variant_colors(runs), strict=True):
+    for run, label, color, marker in _variants(runs):
         t, q = queue_length_series(run)
         if len(t) == 0:
             continue
         t = np.concatenate([[t[0]], t])
         q = np.concatenate([[0.0], q])
-        ax.step(t, q, where="post", color=color, lw=1.4, label=f"{label} (max {q.max():.0f})")
+        ax.step(
+            t,
+            q,
+            where="post",
+            color=color,
+            lw=1.4,
+            marker=marker,
+            ms=4,
+            markevery=max(1, len(t) // 12),
+            label=f"{label} (max {q.max():.0f})",
+        )
         entries += 1
     if entries == 0:
         _no_data(ax, "no request arrivals")
@@ -324,7 +400,11 @@ def _binned_mean(x: np.ndarray, y: np.ndarray, bins: int) -> tuple[np.ndarray, n
 
 
 def plot_batches(runs: Runs, out_path: str | Path, *, max_bins: int = 60) -> Path:
-    """Batch size (top) and extend / cached tokens per batch (bottom) over time.
+    """Batch size (top) and extend / cache-hit / carried-prefix tokens per batch (bottom).
+
+    The cached tokens of a batch are split as in ``batches.csv`` (``sim/cached.py``):
+    cache hits (device + host) of first chunks, and the carried prefix of chunk
+    continuations (a run written before the split shows its plain ``cached_tokens``).
 
     Points are the individual batches; lines are means over equal time bins (about eight
     batches per bin, at most ``max_bins``) so that variants stay comparable when there are
@@ -336,7 +416,7 @@ def plot_batches(runs: Runs, out_path: str | Path, *, max_bins: int = 60) -> Pat
     ax_size.set_title("Batches over time")
     entries = 0
     tok_entries = 0
-    for run, label, color in zip(runs, variant_labels(runs), variant_colors(runs), strict=True):
+    for run, label, color, marker in _variants(runs):
         start = _col(run, "batches", "start_s")
         size = _col(run, "batches", "size")
         ok = np.isfinite(start) & np.isfinite(size)
@@ -345,18 +425,18 @@ def plot_batches(runs: Runs, out_path: str | Path, *, max_bins: int = 60) -> Pat
         x, s = start[ok], size[ok]
         ax_size.scatter(x, s, s=8, alpha=0.3, color=color, edgecolors="none", rasterized=True)
         bx, bs = _binned_mean(x, s, bins)
-        ax_size.plot(bx, bs, color=color, lw=1.6, label=label)
+        ax_size.plot(bx, bs, color=color, lw=1.6, marker=marker, ms=4, label=label)
         entries += 1
-        lines = (("raw_extend_tokens", "-", "extend"), ("cached_tokens", "--", "cached"))
-        for col, ls, what in lines:
-            v = _col(run, "batches", col)
+        for what, ls, v in _token_lines(run):
             if len(v) != len(start):
                 continue
             okv = np.isfinite(start) & np.isfinite(v)
             if not okv.any():
                 continue
             tx, tv = _binned_mean(start[okv], v[okv], bins)
-            ax_tok.plot(tx, tv, color=color, ls=ls, lw=1.5, label=f"{label}: {what}")
+            ax_tok.plot(
+                tx, tv, color=color, ls=ls, lw=1.5, marker=marker, ms=3, label=f"{label}: {what}"
+            )
             tok_entries += 1
     if entries == 0:
         _no_data(ax_size, "no batches")
@@ -377,6 +457,24 @@ def plot_batches(runs: Runs, out_path: str | Path, *, max_bins: int = 60) -> Pat
         ax_tok.set_xlabel(f"batch start time (s); lines: mean over {bins} time bins")
         ax_tok.tick_params(labelbottom=True)
     return _save(fig, out_path)
+
+
+def _token_lines(run: RunData) -> list[tuple[str, str, np.ndarray]]:
+    """``(what, line style, tokens per batch)`` of the token panel of :func:`plot_batches`."""
+    extend = _col(run, "batches", "raw_extend_tokens")
+    dev = _col(run, "batches", "device_hit_tokens")
+    host = _col(run, "batches", "host_hit_tokens")
+    carried = _col(run, "batches", "carried_prefix_tokens")
+    if len(dev) and len(host) and len(carried):
+        return [
+            ("extend", "-", extend),
+            ("cache hits (device + host)", "--", dev + host),
+            ("carried prefix (chunks)", ":", carried),
+        ]
+    return [
+        ("extend", "-", extend),
+        ("cached (hits + carried)", "--", _col(run, "batches", "cached_tokens")),
+    ]
 
 
 def window_series(run: RunData) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -410,13 +508,13 @@ def plot_windows(runs: Runs, out_path: str | Path) -> Path:
     fig, (ax_p99, ax_util) = _new_figure(FIGSIZE_TALL, rows=2)
     ax_p99.set_title("TTFT p99 and executor utilisation per arrival window")
     entries = 0
-    for run, label, color in zip(runs, variant_labels(runs), variant_colors(runs), strict=True):
+    for run, label, color, marker in _variants(runs):
         mid, p99, util, sat = window_series(run)
         if len(mid) == 0:
             continue
         ok = np.isfinite(p99) & (p99 > 0)
-        ax_p99.plot(mid[ok], p99[ok], color=color, lw=1.6, marker="o", ms=3, label=label)
-        ax_util.plot(mid, util * 100, color=color, lw=1.6, label=label)
+        ax_p99.plot(mid[ok], p99[ok], color=color, lw=1.6, marker=marker, ms=4, label=label)
+        ax_util.plot(mid, util * 100, color=color, lw=1.6, marker=marker, ms=3, label=label)
         if sat.any():
             ax_util.scatter(mid[sat], util[sat] * 100, marker="x", s=36, color=color)
         entries += 1
@@ -435,6 +533,7 @@ def plot_windows(runs: Runs, out_path: str | Path) -> Path:
     ax_util.set_xlabel("window (arrival time, s); x: saturated window")
     ax_util.tick_params(labelbottom=True)
     _style(ax_util)
+    _legend(ax_util, entries)
     return _save(fig, out_path)
 
 
@@ -613,7 +712,9 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec(
         "batches",
         "Batches over time",
-        "Batch size and extend / cached tokens per batch (from batches.csv).",
+        "Batch size, and per batch the extend tokens, the cache hits (device + host) and the "
+        "carried prefix of chunk continuations (from batches.csv; their sum with the hits is "
+        "the forward's cached_tokens).",
         plot_batches,
     ),
     PlotSpec(

@@ -31,10 +31,12 @@ from prefillkit.request import Request
 from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
 from prefillkit.sched.interface import SchedulerInterface, StepOutput
 from prefillkit.sched.scheduler import Scheduler
+from prefillkit.sim.cached import cached_totals, split_cached
 from prefillkit.sim.cost import CostModel, ReqShape, cost_model_for_config
 from prefillkit.sim.gpus import get_gpu
 from prefillkit.sim.metrics import BatchRecord, BatchTrace, summarize
 from prefillkit.sim.settings import SimSettings
+from prefillkit.sim.slo import DEFAULT_PERCENTILES, latency_metrics
 from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s, steady_metrics
 
 FORWARD_DONE, TRANSFER_DONE, ARRIVAL = 0, 1, 2
@@ -160,12 +162,17 @@ class Engine:
         self.batches: list[BatchRecord] = []
         # Steady-state window length (seconds; see prefillkit.sim.steady).
         self.window_s = window_s
+        # Percentiles shown and the TTFT SLO of the goodput (prefillkit.sim.slo).
+        self.percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+        self.slo_ttft_s: float | None = None
         self.trace = BatchTrace(tuple(self.cost.breakdown_keys))
         # Colocated decode steps keep the executor busy too: (start, duration) each.
         self._decode_starts: list[float] = []
         self._decode_durations: list[float] = []
         self._heap: list[tuple[float, int, int, int, Any]] = []
         self._seq = 0
+        # Requests whose last forward was a chunk (sim/cached.py: continuations).
+        self._mid_chunk: set[str] = set()
         self.now = 0.0
         self.busy = False
         self.finished = 0
@@ -203,6 +210,7 @@ class Engine:
         counters = self.sched.counters()
         counters["stuck"] = 0 if partial else self.sched.num_pending()
         summary = summarize(self.requests, self.batches, counters=counters, sim_end_s=self.now)
+        summary.update(report_metrics(self))
         classes = self.trace.cache_classes(self.cfg.scheduler.affinity_warm_floor_tokens)
         summary.update(
             steady_metrics(
@@ -224,6 +232,9 @@ class Engine:
             partial=partial,
             trace=self.trace,
             cache_classes=classes,
+            extra={
+                "decode_steps": list(zip(self._decode_starts, self._decode_durations, strict=True))
+            },
         )
 
     def _busy_intervals(self) -> tuple[np.ndarray, np.ndarray]:
@@ -259,7 +270,10 @@ class Engine:
                 breakdown = self.cost.breakdown(shapes)
                 dur = breakdown["total"]
                 self.trace.record([s.req for s in step.reqs], breakdown)
-                self.batches.append(BatchRecord.from_step(step, len(self.batches), self.now, dur))
+                split = split_cached(step, self._mid_chunk)
+                self.batches.append(
+                    BatchRecord.from_step(step, len(self.batches), self.now, dur, split)
+                )
                 self.busy = True
                 self._push(self.now + dur, FORWARD_DONE, step)
                 return
@@ -283,6 +297,20 @@ class Engine:
             else:
                 self.sched.begin_transfer(req)
                 self._push(self.now + self.cost.kv_transfer_time(req.input_len), TRANSFER_DONE, req)
+
+
+def report_metrics(engine: Engine) -> dict[str, Any]:
+    """The summary's latency statistics, goodput and cached-token totals (sim/slo.py,
+    sim/cached.py) of a finished ``engine`` run."""
+    done = [r for r in engine.requests if r.first_token_time is not None]
+    out = latency_metrics(
+        engine.requests,
+        sim_end_s=engine.now,
+        percentiles=engine.percentiles,
+        slo_ttft_s=engine.slo_ttft_s,
+    )
+    out.update(cached_totals(engine.batches, sum(r.prompt_len for r in done)))
+    return out
 
 
 def simulate(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from prefillkit.request import ReqStatus, Request
+from prefillkit.sim.cached import CachedSplit
 
 if TYPE_CHECKING:
     from prefillkit.sched.interface import StepOutput
@@ -57,6 +58,9 @@ BATCH_COLUMNS = (
     "size",
     "raw_extend_tokens",
     "cached_tokens",
+    "device_hit_tokens",
+    "host_hit_tokens",
+    "carried_prefix_tokens",
     "load_back_tokens",
     "buffer_bytes",
     "lead_class",
@@ -79,7 +83,10 @@ class BatchRecord:
     duration_s: float
     size: int
     raw_extend_tokens: int  # sum of extend lengths, not page-ceiled (PrefillBatch.extend_tokens is)
-    cached_tokens: int
+    cached_tokens: int  # true prefixes: device_hit + host_hit + carried_prefix (sim/cached.py)
+    device_hit_tokens: int
+    host_hit_tokens: int
+    carried_prefix_tokens: int
     load_back_tokens: int
     buffer_bytes: int
     lead_class: str
@@ -99,9 +106,21 @@ class BatchRecord:
 
     @classmethod
     def from_step(
-        cls, step: StepOutput, batch_id: int, start_s: float, duration_s: float
+        cls,
+        step: StepOutput,
+        batch_id: int,
+        start_s: float,
+        duration_s: float,
+        split: CachedSplit | None = None,
     ) -> BatchRecord:
-        """The record of one scheduler step that ran from ``start_s`` for ``duration_s``."""
+        """The record of one scheduler step that ran from ``start_s`` for ``duration_s``.
+
+        ``split``: its cached tokens by source (:func:`prefillkit.sim.cached.split_cached`);
+        None counts every prefix as a cache hit (right when no request is a continuation).
+        """
+        if split is None:
+            loaded = sum(s.loaded_tokens for s in step.reqs)
+            split = CachedSplit(step.cached_tokens - loaded, loaded, 0)
         return cls(
             batch_id=batch_id,
             start_s=start_s,
@@ -109,6 +128,9 @@ class BatchRecord:
             size=len(step.reqs),
             raw_extend_tokens=sum(s.extend_len for s in step.reqs),
             cached_tokens=step.cached_tokens,
+            device_hit_tokens=split.device_hit_tokens,
+            host_hit_tokens=split.host_hit_tokens,
+            carried_prefix_tokens=split.carried_prefix_tokens,
             load_back_tokens=step.load_back_tokens,
             buffer_bytes=step.buffer_bytes,
             lead_class=step.lead_class,

@@ -9,8 +9,13 @@ Layout of ``summary.json`` (read back by :mod:`prefillkit.report.rundir`)::
       "deployment": {...},      # result.deployment (pool pages, host pages, key unit, GPUs)
       "workload": {...},        # what was replayed (source, request count, options)
       "metrics": {...},         # result.summary, minus wall-clock fields
+      "base": "...",            # replay: what the settings were laid over (a preset, ...)
+      "sources": {...},         # replay: field -> line / file / preset NAME / default
       "files": {...}            # manifest: {"requests.csv": {"bytes", "sha256"}, ...}
     }
+
+``base`` and ``sources`` are added by ``prefillkit replay`` (the deployment panel of
+:mod:`prefillkit.report.deployment` reads them; other writers leave them out).
 
 Determinism: the same input and seed give byte-identical files. Floats are written with
 ``repr`` (shortest round-trip form) in both JSON and CSV, keys keep a fixed order, and the
@@ -21,7 +26,9 @@ strings ``"inf"`` / ``"-inf"``.
 
 CSV cells: ``None`` is an empty cell, booleans are ``true`` / ``false``, floats ``repr``.
 Lists of ids (``batch_ids`` of ``requests.csv``, ``rids`` of ``batches.csv``) are
-space-separated in one cell. ``batches.csv`` ends with one ``t_<term>_s`` column per term
+space-separated in one cell. ``batches.csv``'s ``cached_tokens`` is the sum of its
+``device_hit_tokens``, ``host_hit_tokens`` and ``carried_prefix_tokens``
+(:mod:`prefillkit.sim.cached`). ``batches.csv`` ends with one ``t_<term>_s`` column per term
 of the cost model's breakdown (:func:`prefillkit.sim.metrics.batch_columns`).
 
 Partial runs: ``requests.csv`` holds the requests that had been scheduled, finished or

@@ -36,7 +36,6 @@ class Progress:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
-            MofNCompleteColumn,
             TextColumn,
             TimeElapsedColumn,
             TimeRemainingColumn,
@@ -45,11 +44,14 @@ class Progress:
             Progress as RichProgress,
         )
 
+        from prefillkit.app.progress import CountColumn
+
         self.progress = RichProgress(
             TextColumn("[progress.description]{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
+            CountColumn(f"{description} settled"),
             TextColumn("{task.fields[counts]}"),
+            TextColumn("elapsed"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
@@ -61,7 +63,7 @@ class Progress:
         )
 
     def _counts(self) -> str:
-        return f"done {self.done} · failed {self.failed} · cached {self.cached}"
+        return f"done {self.done:,} · failed {self.failed:,} · cached {self.cached:,}"
 
     def __enter__(self) -> Progress:
         if self.progress is not None:

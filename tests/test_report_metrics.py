@@ -1,0 +1,351 @@
+"""Issue 19 items 4-5: the cached-token split, latency statistics, goodput, trace events."""
+
+from __future__ import annotations
+
+import pytest
+
+from prefillkit.app.settings import Config
+from prefillkit.request import Request
+from prefillkit.sim.engine import Engine, SimResult, simulate
+from prefillkit.sim.slo import (
+    latency_metrics,
+    parse_duration_s,
+    parse_percentiles,
+    pct_key,
+)
+
+
+def tok_req(rid: str, tokens: list[int], t: float) -> Request:
+    return Request.from_tokens(rid, tokens, page_size=1, arrival_time=t, max_new_tokens=4)
+
+
+def chunked_run(**engine_attrs: object) -> SimResult:
+    """Three requests, chunked at 400 tokens: r2 and r3 share r1's first 1,000 tokens."""
+    cfg = Config(max_total_tokens=100_000, tp_size=8, chunked_prefill_size=400, page_size=1)
+    shared = list(range(1000))
+    reqs = [
+        tok_req("r1", shared + list(range(10_000, 10_200)), 0.0),
+        tok_req("r2", shared + list(range(20_000, 20_900)), 30.0),
+        tok_req("r3", shared + list(range(30_000, 30_100)), 60.0),
+    ]
+    engine = Engine(cfg.sim_settings(), reqs)
+    for k, v in engine_attrs.items():
+        setattr(engine, k, v)
+    return engine.run()
+
+
+# ---------------------------------------------------------------- cached split
+
+
+def test_cached_split_adds_up_and_hits_match_requests() -> None:
+    res = chunked_run()
+    assert any(b.carried_prefix_tokens for b in res.batches)  # continuations happened
+    for b in res.batches:
+        assert b.cached_tokens == b.device_hit_tokens + b.host_hit_tokens + b.carried_prefix_tokens
+    hits = sum(b.device_hit_tokens + b.host_hit_tokens for b in res.batches)
+    assert hits == sum(r.device_hit_tokens + r.host_hit_tokens for r in res.requests)
+    m = res.summary
+    assert m["batch_device_hit_tokens"] + m["batch_host_hit_tokens"] == hits
+    assert m["batch_cached_tokens"] == sum(b.cached_tokens for b in res.batches)
+    assert m["batch_carried_prefix_tokens"] == sum(b.carried_prefix_tokens for b in res.batches)
+    assert m["prompt_tokens"] == sum(r.prompt_len for r in res.requests)
+    # The hit columns give the summary's hit rate.
+    assert hits / m["prompt_tokens"] == pytest.approx(m["cache_hit_rate"])
+    # r2's first chunk hits r1's 1,000 shared tokens; its later chunks carry a prefix.
+    ids = res.trace.batch_ids()["r2"]
+    first, *rest = (res.batches[i] for i in ids)
+    assert first.device_hit_tokens == 1000 and first.carried_prefix_tokens == 0
+    assert rest and all(b.carried_prefix_tokens > 0 and b.device_hit_tokens == 0 for b in rest)
+
+
+def test_batches_csv_has_the_split(tmp_path) -> None:
+    import csv
+
+    from prefillkit.sim.output import summary_document, write_run
+
+    res = chunked_run()
+    write_run(res, tmp_path, summary_document(res, name="x", config={}, workload={}))
+    rows = list(csv.DictReader(open(tmp_path / "batches.csv")))
+    for row in rows:
+        parts = ("device_hit_tokens", "host_hit_tokens", "carried_prefix_tokens")
+        assert int(row["cached_tokens"]) == sum(int(row[k]) for k in parts)
+
+
+# ---------------------------------------------------------------- latency metrics
+
+
+def test_percentiles_std_and_goodput() -> None:
+    res = chunked_run(percentiles=(50.0, 99.9), slo_ttft_s=0.5)
+    m = res.summary
+    ttft = sorted(r.first_token_time - r.arrival_time for r in res.requests)  # type: ignore[operator]
+    import numpy as np
+
+    for q in (50, 90, 95, 99, 99.9):
+        assert m[pct_key("ttft", q)] == pytest.approx(float(np.percentile(ttft, q)))
+    assert "ttft_p99.9_s" in m and "queueing_p95_s" in m
+    assert m["ttft_std_s"] == pytest.approx(float(np.std(ttft)))
+    assert m["percentiles"] == [50.0, 99.9]
+    met = sum(1 for t in ttft if t <= 0.5)
+    assert m["slo_met_requests"] == met
+    assert m["slo_attainment"] == pytest.approx(met / 3)
+    assert m["goodput_req_s"] == pytest.approx(met / m["sim_duration_s"])
+
+
+def test_goodput_counts_rejected_and_unfinished_as_misses() -> None:
+    reqs = [
+        Request(
+            rid=f"r{i}",
+            arrival_time=float(i),
+            input_len=10,
+            max_new_tokens=1,
+            keys=[],
+            key_tokens=1,
+        )
+        for i in range(4)
+    ]
+    reqs[0].first_scheduled_time, reqs[0].first_token_time = 0.0, 0.5
+    reqs[1].first_scheduled_time, reqs[1].first_token_time = 1.0, 4.0
+    m = latency_metrics(reqs, sim_end_s=10.0, slo_ttft_s=1.0)
+    assert m["slo_met_requests"] == 1
+    assert m["slo_attainment"] == 0.25
+    assert m["goodput_req_s"] == pytest.approx(0.1)
+    assert m["ttft_max_s"] == 3.0 and m["queueing_max_s"] == 0.0
+
+
+def test_parse_percentiles_and_durations() -> None:
+    assert parse_percentiles("99,50, 90") == (50.0, 90.0, 99.0)
+    assert parse_percentiles("p99.9") == (99.9,)
+    for bad in ("", "0", "101", "x"):
+        with pytest.raises(ValueError):
+            parse_percentiles(bad)
+    assert parse_duration_s("2s") == 2.0
+    assert parse_duration_s("2000ms") == 2.0
+    assert parse_duration_s("1.5") == 1.5
+    assert parse_duration_s("1m") == 60.0
+    for bad in ("", "-1s", "0", "2 hours"):
+        with pytest.raises(ValueError):
+            parse_duration_s(bad)
+
+
+def test_simulate_default_summary_has_p95_and_std() -> None:
+    cfg = Config(max_total_tokens=100_000, tp_size=8, page_size=1)
+    res = simulate(cfg.sim_settings(), [tok_req("a", list(range(100)), 0.0)])
+    assert res.summary["ttft_p95_s"] is not None and res.summary["ttft_std_s"] == 0.0
+    assert "slo_attainment" not in res.summary
+
+
+# ---------------------------------------------------------------- trace events
+
+
+def _check_trace_events(doc: dict) -> list[dict]:
+    """The schema of the Chrome / Perfetto trace-event JSON; returns the X events."""
+    import json
+
+    assert set(doc) >= {"traceEvents"}
+    json.dumps(doc, allow_nan=False)  # plain JSON
+    xs = []
+    for ev in doc["traceEvents"]:
+        assert ev["ph"] in ("X", "M")
+        assert isinstance(ev["pid"], int) and isinstance(ev["tid"], int)
+        if ev["ph"] == "M":
+            assert ev["name"] in (
+                "process_name",
+                "thread_name",
+                "process_sort_index",
+                "thread_sort_index",
+            )
+            continue
+        assert set(ev) == {"name", "ph", "ts", "dur", "pid", "tid", "args"}
+        assert isinstance(ev["name"], str) and isinstance(ev["args"], dict)
+        assert ev["ts"] >= 0 and ev["dur"] >= 0
+        xs.append(ev)
+    # On one thread, slices are disjoint or nested (what the viewers can stack).
+    by_thread: dict[tuple[int, int], list[dict]] = {}
+    for ev in xs:
+        by_thread.setdefault((ev["pid"], ev["tid"]), []).append(ev)
+    eps = 1e-3
+    for evs in by_thread.values():
+        evs.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack: list[float] = []
+        for ev in evs:
+            while stack and stack[-1] <= ev["ts"] + eps:
+                stack.pop()
+            end = ev["ts"] + ev["dur"]
+            if stack:
+                assert end <= stack[-1] + eps, ev
+            stack.append(end)
+    return xs
+
+
+def test_trace_events_schema_and_tracks(tmp_path) -> None:
+    import json
+
+    from prefillkit.sim.trace_events import EXECUTOR_PID, REQUESTS_PID, write_trace_events
+
+    res = chunked_run()
+    path = tmp_path / "t.json"
+    write_trace_events(res, path)
+    doc = json.loads(path.read_text())
+    xs = _check_trace_events(doc)
+    forwards = [e for e in xs if e["pid"] == EXECUTOR_PID]
+    assert len(forwards) == len(res.batches)
+    for ev, b in zip(sorted(forwards, key=lambda e: e["ts"]), res.batches, strict=True):
+        assert ev["ts"] == pytest.approx(b.start_s * 1e6)
+        assert ev["dur"] == pytest.approx(b.duration_s * 1e6)
+        assert ev["args"]["carried_prefix_tokens"] == b.carried_prefix_tokens
+    names = {
+        e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == REQUESTS_PID
+    }
+    assert names == {"r1", "r2", "r3"}
+    r2 = res.requests[1]
+    r2_tid = next(
+        e["tid"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == "r2"
+    )
+    mine = [e for e in xs if e["pid"] == REQUESTS_PID and e["tid"] == r2_tid]
+    prefill = next(e for e in mine if e["name"] == "prefill")
+    assert prefill["ts"] == pytest.approx(r2.first_scheduled_time * 1e6)
+    assert prefill["ts"] + prefill["dur"] == pytest.approx(r2.first_token_time * 1e6)
+    chunks = [e for e in mine if e["name"].startswith("chunk ")]
+    assert len(chunks) == r2.num_chunks > 1
+
+
+def test_trace_events_colocated_decode_track() -> None:
+    from prefillkit.sim.trace_events import trace_events
+
+    cfg = Config(max_total_tokens=100_000, tp_size=8, page_size=1, mode="colocated")
+    reqs = [tok_req(f"r{i}", list(range(i * 1000, i * 1000 + 300)), i * 0.1) for i in range(3)]
+    doc = trace_events(simulate(cfg.sim_settings(), reqs))
+    xs = _check_trace_events(doc)
+    assert any(e["name"] == "decode" for e in xs)
+
+
+# ---------------------------------------------------------------- labels, panel, pages
+
+
+def _run_dir(tmp_path, name: str = "run", **engine_attrs: object):
+    from prefillkit.report.rundir import load_run
+    from prefillkit.sim.output import summary_document, write_run
+
+    res = chunked_run(**engine_attrs)
+    cfg = Config(max_total_tokens=100_000, tp_size=8, chunked_prefill_size=400, page_size=1)
+    from prefillkit.app.settings import describe
+
+    doc = summary_document(res, name=name, config=describe(cfg), workload={"source": "test"})
+    doc["base"] = "preset demo"
+    doc["sources"] = {"tp_size": "line", "chunked_prefill_size": "line", "model": "default"}
+    write_run(res, tmp_path / name, doc)
+    return load_run(tmp_path / name)
+
+
+def test_every_metric_has_a_label(tmp_path) -> None:
+    from prefillkit.report.labels import metric_label
+
+    run = _run_dir(tmp_path, slo_ttft_s=1.0, percentiles=(50.0, 99.9))
+    for key in run.metrics:
+        label = metric_label(key)
+        assert label != key or "_" not in key, key
+    assert metric_label("ttft_p99.9_s") == "TTFT p99.9"
+    assert metric_label("warm_ttft_p90_s") == "warm TTFT p90"
+    assert metric_label("mean_chunks_per_request") == "chunks per request"
+    assert metric_label("stuck") != "stuck" and metric_label("admission_passes") != (
+        "admission_passes"
+    )
+    assert metric_label("some_new_key_s") == "some new key (s)"
+
+
+def test_html_report_shows_deployment_and_labels(tmp_path) -> None:
+    import re
+
+    from prefillkit.report.html import write_report
+
+    run = _run_dir(tmp_path)
+    page = write_report([run], tmp_path / "r.html").read_text()
+    assert '<table id="deployment">' in page
+    panel = page.split('<table id="deployment">')[1].split("</table>")[0]
+    for text in ("model", "GPU", "TP", "CP", "DP", "KV pool", "page size", "HiCache", "mode"):
+        assert f"<td>{text}" in panel
+    assert "preset demo" in panel and ">line<" in panel  # base and sources
+    summary = page.split('<table id="summary">')[1].split("</table>")[0]
+    cells = re.findall(r"<tr><td>([^<]*)</td>", summary)
+    assert cells
+    for label in cells:
+        assert not re.fullmatch(r"[a-z0-9_.]+_[a-z0-9_.]+", label), label
+    assert "cache-hit tokens, device" in summary and "carried prefix" in summary
+
+
+def test_console_summary_has_panel_and_no_raw_keys(tmp_path, capsys) -> None:
+    import json
+
+    from prefillkit.cli import print_summary_table
+
+    run = _run_dir(tmp_path, slo_ttft_s=1.0)
+    doc = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert run.summary["sources"]["tp_size"] == "line"
+    print_summary_table(doc)
+    out = capsys.readouterr().out
+    for text in ("deployment", "KV pool", "HiCache", "TTFT p95", "TTFT std", "SLO attainment"):
+        assert text in out
+    for raw in ("mean_chunks_per_request", "admission_passes", "stuck", "_s "):
+        assert raw not in out
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_replay_cli_percentiles_slo_and_trace_events(tmp_path) -> None:
+    import json
+
+    from test_cli import assert_one_line_error, run_cli
+
+    events = tmp_path / "timeline.json"
+    proc = run_cli(
+        "replay",
+        "--quiet",
+        "--json",
+        "--agentic-sessions",
+        "6",
+        "--percentiles",
+        "50,90,99.9",
+        "--slo-ttft",
+        "1500ms",
+        "--trace-events",
+        events,
+    )
+    assert proc.returncode == 0, proc.stderr
+    m = json.loads(proc.stdout)["metrics"]
+    assert m["percentiles"] == [50.0, 90.0, 99.9]
+    assert "ttft_p99.9_s" in m and "ttft_p95_s" in m and "queueing_p99.9_s" in m
+    assert m["slo_ttft_s"] == 1.5 and 0.0 <= m["slo_attainment"] <= 1.0
+    xs = _check_trace_events(json.loads(events.read_text()))
+    assert len([e for e in xs if e["pid"] == 1]) == m["num_batches"]
+    table = run_cli("replay", "--agentic-sessions", "6", "--quiet", "--percentiles", "50,99.9")
+    assert table.returncode == 0, table.stderr
+    assert "│ TTFT p99.9" in table.stdout and "│ TTFT p90 " not in table.stdout
+    assert_one_line_error(
+        run_cli("replay", "--quiet", "--percentiles", "50,200"), "--percentiles", "200"
+    )
+    assert_one_line_error(run_cli("replay", "--quiet", "--slo-ttft", "soon"), "--slo-ttft")
+
+
+def test_compare_cli_slo_reaches_every_variant(tmp_path) -> None:
+    import json
+
+    from test_cli import run_cli
+
+    proc = run_cli(
+        "compare", "--trace", "mooncake-slice", "--max-requests", "120", "--slo-ttft", "3s",
+        "--percentiles", "99.9", "--variant", "a:--schedule-policy fcfs",
+        "--variant", "b:--schedule-policy lpm", "--out", tmp_path / "cmp", "-q", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    for v in doc["variants"]:
+        assert v["metrics"]["slo_attainment"] is not None
+        summary = json.loads((tmp_path / "cmp" / v["name"] / "summary.json").read_text())
+        assert summary["metrics"]["slo_ttft_s"] == 3.0
+        assert "ttft_p99.9_s" in summary["metrics"]
+    assert any(h["key"] == "goodput_req_s" for h in doc["headline"])
