@@ -86,6 +86,7 @@ __all__ = [
     "parse_variant_option",
     "prepare_variants",
     "run_variants",
+    "setting_text",
     "write_compare",
     "write_dir_report",
 ]
@@ -138,7 +139,7 @@ def describe_variant(variant: Variant) -> str:
     parts: list[str] = []
     if variant.config_file is not None:
         parts.append(f"@{variant.config_file}")
-    parts += [f"{name}={_setting_text(value)}" for name, value in variant.settings]
+    parts += [f"{name}={setting_text(value)}" for name, value in variant.settings]
     if variant.flags:
         parts.append(shlex.join(variant.flags))
     return " ".join(parts) if parts else "(shared settings only)"
@@ -302,7 +303,8 @@ def collect_variants(variants_file: str | Path | None, options: Sequence[str]) -
 # --------------------------------------------------------------------------- configs
 
 
-def _setting_text(value: object) -> str:
+def setting_text(value: object) -> str:
+    """A setting's value as a flag value (``--flag=TEXT``)."""
     if value is None:
         return "none"
     if isinstance(value, bool):
@@ -314,7 +316,7 @@ def _setting_text(value: object) -> str:
 
 def _settings_flags(settings: Sequence[tuple[str, object]]) -> list[str]:
     """``--flag=value`` arguments for field settings (the ``=`` form takes any value)."""
-    return [f"{field_flag(name)}={_setting_text(value)}" for name, value in settings]
+    return [f"{field_flag(name)}={setting_text(value)}" for name, value in settings]
 
 
 def _toml_settings(path: str) -> list[tuple[str, object]]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefillkit import __version__
+from prefillkit.app.compare import setting_text
 from prefillkit.app.launch import build_config
 from prefillkit.app.replay import (
     WorkloadSpec,
@@ -48,7 +49,6 @@ __all__ = [
     "config_for",
     "point_id",
     "run_point",
-    "setting_text",
     "workload_spec",
 ]
 
@@ -62,17 +62,6 @@ REPLAY_KEYS: dict[str, str] = {
     "spread_buckets": "spread_buckets",
     "skip_bad_rows": "skip_bad_rows",
 }
-
-
-def setting_text(value: object) -> str:
-    """A setting's value as a flag value (``--flag=TEXT``)."""
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
 
 
 def config_for(settings: Mapping[str, object], seed: int | None = None) -> Config:
