@@ -59,6 +59,13 @@ from prefillkit.app.launch import (
     knob_defaults,
     setting_sources,
 )
+from prefillkit.app.measured import (
+    EXECUTORS,
+    RunFlags,
+    load_cost_preset,
+    run_keys,
+    write_forwards,
+)
 from prefillkit.app.replay import (
     GENERATORS,
     InputError,
@@ -814,6 +821,23 @@ partial and exits with status 130.
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the summary as JSON instead of a table."
 )
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="sim",
+    show_default=True,
+    help="What times each prefill forward: sim (the cost model), torch (run it on the real "
+    "executor, a small seeded CPU model, and time it on the wall clock) or torch-cpu (the same, "
+    "timed by its CPU time: reproducible on a busy machine). The executor needs the torch "
+    "extra, --disaggregation-mode prefill and a small pool (--max-total-tokens); it also "
+    "writes OUT/forwards.csv for prefillkit calibrate.",
+)
+@click.option(
+    "--cost-preset",
+    metavar="FILE.toml",
+    help="Time the simulated forwards with a cost-model preset fitted by prefillkit "
+    "calibrate (not with --executor torch).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no notes on stderr.")
 @click.pass_context
 def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
@@ -845,6 +869,10 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             f"(first: line {line}: {reason})"
         )
 
+    run_flags = RunFlags(params["executor"], params["cost_preset"])
+    if run_flags.cost_preset is not None and run_flags.executor != "sim":
+        raise InputError("--cost-preset times a simulated run: not with --executor torch")
+
     window_s: float = params["window_s"]
     try:
         check_window_s(window_s, (r.arrival_time for r in workload.requests))
@@ -865,6 +893,12 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
                 f"replaying {len(workload.requests):,} requests from "
                 f"{workload.info['source']} (Ctrl-C stops and keeps partial results)"
             )
+            if params["executor"] != "sim":
+                clock = "CPU time" if params["executor"] == "torch-cpu" else "the wall clock"
+                echo_err(
+                    f"executor: {params['executor']} (each prefill forward runs on the small "
+                    f"seeded CPU model and is timed by {clock})"
+                )
 
     try:
         result = run_replay(
@@ -872,6 +906,8 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             workload.requests,
             progress=not quiet and sys.stderr.isatty(),
             on_start=announce,
+            executor=params["executor"],
+            cost=load_cost_preset(run_flags.cost_preset),
         )
     except (ConfigError, SimConfigError) as exc:
         # A deployment the simulator cannot build: name the --config file when the
@@ -880,6 +916,7 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     doc = summary_document(result, name=name, config=describe(cfg), workload=workload.info)
     doc["base"] = base_text(resolved)
     doc["sources"] = setting_sources(resolved)
+    doc.update(run_keys(run_flags))  # measured forwards or a preset (else no key)
     wall = result.summary.get("wall_time_s")
     trace_events: str | None = params["trace_events"]
     if trace_events is not None:
@@ -892,10 +929,12 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     if out is not None:
         try:
             write_run(result, out, doc)
+            forwards = write_forwards(result, out)
         except OSError as exc:
             raise InputError(f"--out {out}: cannot write results: {_os_reason(exc)}") from None
         if not quiet:
-            echo_err(f"wrote {out}/summary.json, requests.csv, batches.csv")
+            more = f", {forwards.name}" if forwards is not None else ""
+            echo_err(f"wrote {out}/summary.json, requests.csv, batches.csv{more}")
     if params["as_json"]:
         click.echo(json.dumps({**doc, "timing": json_ready({"wall_time_s": wall})}, indent=2))
     else:
@@ -1077,6 +1116,8 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
     latency: dict[str, Any] = {"slo_ttft_s": slo_ttft_s}
     if percentiles is not None:
         latency["percentiles"] = percentiles
+    if not params["jobs"] and any(pv.run.executor != "sim" for pv in prepared):
+        jobs = 1  # measured forwards: no variant runs beside a timed one
 
     if out is not None:
         try:

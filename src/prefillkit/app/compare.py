@@ -45,11 +45,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prefillkit.app.launch import build_config
+from prefillkit.app.measured import (
+    RunFlags,
+    check_executor,
+    load_cost_preset,
+    run_keys,
+    split_run_flags,
+    write_forwards,
+)
 from prefillkit.app.replay import InputError, Workload, run_replay
 from prefillkit.app.settings import (
     Config,
@@ -331,6 +339,7 @@ class PreparedVariant:
     variant: Variant
     config: Config
     ignored: tuple[str, ...] = ()
+    run: RunFlags = field(default_factory=RunFlags)  # what times its forwards (app.measured)
 
     @property
     def name(self) -> str:
@@ -369,16 +378,20 @@ def prepare_variants(
     for v in variants:
         prefix = f"variant {v.name!r}: "
         try:
-            own = parse_flags(list(v.flags))  # the variant's own mistakes, before combining
+            # --executor is the variant's, not a config flag (sim vs executor side by side)
+            run, flags = split_run_flags(v.flags)
+            own = parse_flags(flags)  # the variant's own mistakes, before combining
             file_flags = _settings_flags(_toml_settings(v.config_file)) if v.config_file else []
-            args = [*shared_flags, *file_flags, *_settings_flags(v.settings), *v.flags]
+            args = [*shared_flags, *file_flags, *_settings_flags(v.settings), *flags]
             cfg = build_config(  # layered: the last setting wins
                 shared_config, args, preset=preset, base_args=shared_flags, allow_repeats=True
             ).config
             Engine(cfg.sim_settings(), [])  # deployment checks (GPU, buffer limit, pool)
+            check_executor(run.executor, cfg.sim_settings())
+            load_cost_preset(run.cost_preset)
         except ValueError as exc:  # ConfigError, SimConfigError, InputError, ...
             raise VariantError(prefix + " ".join(str(exc).split())) from None
-        out.append(PreparedVariant(variant=v, config=cfg, ignored=tuple(own.ignored)))
+        out.append(PreparedVariant(variant=v, config=cfg, ignored=tuple(own.ignored), run=run))
     return out
 
 
@@ -413,12 +426,15 @@ def _run_one(
     workload_info: dict[str, Any],
     out_dir: str,
     latency: Mapping[str, Any] | None = None,
+    run: RunFlags | None = None,
 ) -> VariantOutcome:
     """Worker: replay the shared records with ``cfg`` and write the run to ``out_dir``.
 
     ``latency``: engine attributes of the summary's latency metrics (``percentiles``,
     ``slo_ttft_s``: ``--percentiles`` / ``--slo-ttft``), the same for every variant.
+    ``run``: what times its forwards (the variant's ``--executor`` / ``--cost-preset``).
     """
+    run = run or RunFlags()
     t0 = time.perf_counter()
     page_size = cfg.resolved_page_size
     requests = [to_request(r, page_size) for r in _WORKER_RECORDS]
@@ -434,9 +450,13 @@ def _run_one(
         handle_sigint=False,
         description=name,
         on_start=configure,
+        executor=run.executor,
+        cost=load_cost_preset(run.cost_preset),
     )
     doc = summary_document(result, name=name, config=describe(cfg), workload=workload_info)
+    doc.update(run_keys(run))
     write_run(result, out_dir, doc)
+    write_forwards(result, out_dir)
     completed = result.summary.get("completed", 0)
     return VariantOutcome(
         name=name,
@@ -514,7 +534,9 @@ def run_variants(
                 initargs=(workload.records,),
             )
             for pv in variants:
-                fut = pool.submit(_run_one, pv.name, pv.config, info, str(root / pv.name), latency)
+                fut = pool.submit(
+                    _run_one, pv.name, pv.config, info, str(root / pv.name), latency, pv.run
+                )
                 pending[fut] = pv.name
         finally:
             if old_mask is not None:

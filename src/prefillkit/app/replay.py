@@ -33,6 +33,7 @@ from typing import Any
 
 from prefillkit.cache import KVPool, PrefixCache
 from prefillkit.request import Request
+from prefillkit.sim.cost import CostModel
 from prefillkit.sim.engine import Engine, SimResult, key_tokens_of
 from prefillkit.sim.settings import SimSettings
 from prefillkit.workloads.bundled import resolve_trace
@@ -386,6 +387,8 @@ def run_replay(
     handle_sigint: bool = True,
     description: str = "replay",
     on_start: Callable[[Engine], None] | None = None,
+    executor: str = "sim",
+    cost: CostModel | None = None,
 ) -> SimResult:
     """Simulate ``requests`` on the deployment ``settings`` describes.
 
@@ -393,9 +396,15 @@ def run_replay(
     is a terminal). ``handle_sigint``: Ctrl-C stops the replay and returns the result so
     far with ``partial`` true (see :func:`stop_on_sigint`). ``on_start`` is called once
     the engine is built and the handler installed, just before the run starts.
+    ``executor``: ``"sim"`` (the cost model times each forward) or ``"torch"`` (the real
+    executor runs and times each forward: :mod:`prefillkit.app.measured`); ``cost``: the
+    simulator's cost model (default: the deployment's), e.g. a calibrated preset.
     Raises ``SimConfigError`` / ``ConfigError`` for a deployment that cannot be simulated.
     """
-    engine = Engine(settings, requests)
+    from prefillkit.app.measured import make_runner
+
+    runner, dep = make_runner(executor, settings, requests)
+    engine = Engine(settings, requests, cost=cost, deployment=dep, runner=runner)
     bar = _ProgressBar(description) if progress else None
     if bar is not None:
         engine.on_progress = bar.update
@@ -403,9 +412,15 @@ def run_replay(
         if on_start is not None:
             on_start(engine)
         if bar is None:
-            return engine.run()
-        with bar:
-            return engine.run()
+            result = engine.run()
+        else:
+            with bar:
+                result = engine.run()
+    if runner is not None:
+        from prefillkit.app.measured import FORWARDS_KEY
+
+        result.extra[FORWARDS_KEY] = runner.forwards_csv()
+    return result
 
 
 @contextmanager

@@ -156,12 +156,13 @@ class StepDriver:
 
     ``bind(sched)`` attaches the KV listener that turns the cache's host backups into copies;
     ``plan(step)`` builds the step's plan (taking the queued backups); ``forward(step)`` plans,
-    executes and times the forward, keeping the first-token logits in ``logits``. The executor
-    must be built for the scheduler's pool: ``cp_size`` lanes of at least the lane capacity in
-    pages, host slots for the whole host tier.
+    executes and times the forward (``clock``: ``wall`` or ``cpu``, see :meth:`forward`),
+    keeping the first-token logits in ``logits``. The executor must be built for the
+    scheduler's pool: ``cp_size`` lanes of at least the lane capacity in pages, host slots for
+    the whole host tier (a driver without one only plans: :meth:`plan`).
     """
 
-    breakdown_keys: tuple[str, ...] = ("total",)
+    breakdown_keys: tuple[str, ...] = ("total", "wall", "cpu")
 
     def __init__(
         self,
@@ -171,7 +172,11 @@ class StepDriver:
         cp_size: int,
         *,
         keep_logits: bool = True,
+        clock: str = "wall",
     ) -> None:
+        if clock not in ("wall", "cpu"):
+            raise ValueError(f"clock must be wall or cpu, got {clock!r}")
+        self.clock = clock
         self.executor = executor
         self.tokens_of = tokens_of
         self.page_size = page_size
@@ -182,6 +187,17 @@ class StepDriver:
         self.logits: dict[str, Any] = {}  # rid -> first-token logits (last prefill)
         self.first_tokens: dict[str, int] = {}
         self.forward_seconds: list[float] = []
+        # Per forward, per request: (prefix_len, extend_len, loaded_tokens); with
+        # forward_seconds, the calibration input (``prefillkit calibrate``'s batch CSV).
+        self.shapes: list[tuple[tuple[int, int, int], ...]] = []
+
+    def forwards_csv(self) -> str:
+        """The measured forwards in ``prefillkit calibrate``'s batch CSV format: one row per
+        request of each forward (``batch_id`` = the forward's index, as in ``batches.csv``)."""
+        lines = ["batch_id,prefix_len,extend_len,loaded_tokens,seconds"]
+        for b, (shapes, sec) in enumerate(zip(self.shapes, self.forward_seconds, strict=True)):
+            lines += [f"{b},{p},{e},{ld},{sec!r}" for p, e, ld in shapes]
+        return "\n".join(lines) + "\n"
 
     # ------------------------------------------------------------------ KV events
     def bind(self, sched: SchedulerInterface) -> None:
@@ -218,15 +234,22 @@ class StepDriver:
         return step_plan(step, self.tokens_of, self.page_size, self.cp_size, backups)
 
     def forward(self, step: StepOutput) -> dict[str, float]:
-        """Execute the step; ``{"total": wall seconds of the executor's step}``."""
+        """Execute the step: ``{"wall": its wall-clock seconds, "cpu": this thread's CPU
+        seconds in it, "total": the one of the two ``clock`` names}``.
+
+        On a machine shared with other work the wall clock counts the time the forward waited
+        for a core; the thread's CPU time does not (torch runs one thread: ``set_num_threads(1)``).
+        """
         plan = self.plan(step)
         assert self.executor is not None
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         out = self.executor.step(plan)
-        seconds = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        seconds = wall if self.clock == "wall" else cpu
         self.forward_seconds.append(seconds)
+        self.shapes.append(tuple((s.prefix_len, s.extend_len, s.loaded_tokens) for s in step.reqs))
         for rid, v in out.logits.items():
             self.first_tokens[str(rid)] = int(v.argmax())
             if self.keep_logits:
                 self.logits[str(rid)] = v
-        return {"total": seconds}
+        return {"total": seconds, "wall": wall, "cpu": cpu}

@@ -23,7 +23,7 @@ import heapq
 import time as wallclock
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -40,6 +40,24 @@ from prefillkit.sim.slo import DEFAULT_PERCENTILES, latency_metrics
 from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s, steady_metrics
 
 FORWARD_DONE, TRANSFER_DONE, ARRIVAL = 0, 1, 2
+
+
+class StepRunner(Protocol):
+    """Runs each prefill step for real instead of asking the cost model (the one seam between
+    the loop and an executor: ``prefillkit.exec.drive.StepDriver``; this module stays torch-free).
+
+    ``bind`` gets the scheduler's interface once, before the run (a runner may attach a KV
+    listener there); ``forward`` gets every non-empty ``StepOutput`` as the scheduler returned
+    it, executes it, and returns its breakdown (``"total"``: the measured forward seconds, the
+    batch's duration; one ``t_<key>_s`` column per other key of ``breakdown_keys``). KV
+    transfer and decode times still come from the cost model.
+    """
+
+    breakdown_keys: tuple[str, ...]
+
+    def bind(self, sched: SchedulerInterface) -> None: ...
+
+    def forward(self, step: StepOutput) -> dict[str, float]: ...
 
 
 class SimConfigError(ValueError):
@@ -123,6 +141,7 @@ class Engine:
         deployment: Deployment | None = None,
         on_progress: Callable[[int, int], None] | None = None,
         window_s: float = DEFAULT_WINDOW_S,
+        runner: StepRunner | None = None,
     ) -> None:
         try:
             check_window_s(window_s, (r.arrival_time for r in requests))
@@ -157,6 +176,10 @@ class Engine:
             buffer_ctx=buffer_ctx,
             reserve_decode=self.colocated,
         )
+        # A real executor timing each forward instead of the cost model (see StepRunner).
+        self.runner = runner
+        if runner is not None:
+            runner.bind(self.sched)
         self.on_progress = on_progress
         self.stop_requested = False
         self.batches: list[BatchRecord] = []
@@ -165,7 +188,8 @@ class Engine:
         # Percentiles shown and the TTFT SLO of the goodput (prefillkit.sim.slo).
         self.percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
         self.slo_ttft_s: float | None = None
-        self.trace = BatchTrace(tuple(self.cost.breakdown_keys))
+        keys = runner.breakdown_keys if runner is not None else self.cost.breakdown_keys
+        self.trace = BatchTrace(tuple(keys))
         # Colocated decode steps keep the executor busy too: (start, duration) each.
         self._decode_starts: list[float] = []
         self._decode_durations: list[float] = []
@@ -266,8 +290,13 @@ class Engine:
         if sched.has_work:
             step = sched.schedule(self.now)
             if step.reqs:
-                shapes = [ReqShape(s.prefix_len, s.extend_len, s.loaded_tokens) for s in step.reqs]
-                breakdown = self.cost.breakdown(shapes)
+                if self.runner is not None:
+                    breakdown = self.runner.forward(step)
+                else:
+                    shapes = [
+                        ReqShape(s.prefix_len, s.extend_len, s.loaded_tokens) for s in step.reqs
+                    ]
+                    breakdown = self.cost.breakdown(shapes)
                 dur = breakdown["total"]
                 self.trace.record([s.req for s in step.reqs], breakdown)
                 split = split_cached(step, self._mid_chunk)
