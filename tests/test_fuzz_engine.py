@@ -392,6 +392,13 @@ def scenarios(
         pages += draw(st.sampled_from([0, 0, 1, lanes - 1]))  # uneven lanes too
     kw["max_total_tokens"] = pages * page
     notes.append(f"sizing={sizing} pool_pages={pages}")
+    # NOTE: drawn last, so the draws above (and the examples the derandomized mutation
+    # tests try) are those of the fuzz before these two knobs were drawn.
+    # The wait bound B (default 5 s; None = off, upstream): small bounds make the
+    # latency check (check_latency) bind within a short replay.
+    kw["schedule_max_wait_s"] = draw(st.sampled_from([5.0, 5.0, None, 0.0, 0.05, 0.3, 1.0]))
+    if kw.get("enable_priority_scheduling"):
+        kw["enable_priority_aging"] = draw(st.booleans())
     sc = Scenario(kw, reqs, key_mult, use_real, notes)
     if kw.get("enable_hierarchical_cache") and host_kind == "exact":
         sc.host_pages_per_lane = n_host
@@ -426,6 +433,11 @@ class PassLog:
     # Per fresh admission: the hit (tokens) the reference cache could serve then.
     ref_bound: dict[str, int] = field(default_factory=dict)
     running_after: int = 0
+    # Wait-bound violations (check_latency): an aged request passed over by a younger one.
+    passed_over: list[str] = field(default_factory=list)
+    # Times that moved (check_ttft): first scheduling or first token changed.
+    moved: list[str] = field(default_factory=list)
+    promoted: set[str] = field(default_factory=set)  # affinity-promoted leads of the pass
 
 
 def _ref_hit(ref: set[int], req: Request) -> int:
@@ -449,10 +461,34 @@ def _instrument(engine: Engine) -> list[PassLog]:
     log: list[PassLog] = []
     ref: set[int] = set()
     in_flight: dict[int, list[tuple[Request, int]]] = {}
+    bound = wait_bound(sched)
+    first_sched: dict[str, float] = {}
+    first_tok: dict[str, float] = {}
+    engine.first_times = (first_sched, first_tok)  # type: ignore[attr-defined]
+
+    def seen_times(req: Request, moved: list[str]) -> None:
+        for times, t, what in (
+            (first_sched, req.first_scheduled_time, "first_scheduled"),
+            (first_tok, req.first_token_time, "first_token"),
+        ):
+            if t is not None and times.setdefault(req.rid, t) != t:
+                moved.append(f"ttft:{what} of {req.rid} moved {times[req.rid]} -> {t}")
 
     def wrapped(now: float) -> PrefillBatch | None:
-        before = {r.rid: r.head_defers for r in sched.waiting}
+        waiting = sched.waiting
+        before = {r.rid: r.head_defers for r in waiting}
         chunked = sched.chunked_req
+        aged: dict[str, float] = {}
+        if bound is not None:
+            cutoff = now - bound
+            for r in waiting:  # NOTE: arrival order; the same test as the policy's
+                if r.arrival_time > cutoff:
+                    break
+                aged[r.rid] = r.arrival_time
+        promoted = {r.rid for r in sched.affinity_promoted}
+        moved: list[str] = []
+        for r in waiting:
+            seen_times(r, moved)  # a requeued request keeps its first times
         batch = inner(now)
         # A skipped request is still waiting (in arrival order, as engine.requests).
         skipped = [
@@ -460,7 +496,27 @@ def _instrument(engine: Engine) -> list[PassLog]:
         ]
         ext = 0 if batch is None else sum(r.extend_input_len for r in batch.reqs)
         entry = PassLog(now, skipped, batch, ext, chunked_before=chunked and chunked.rid)
+        entry.moved = moved
+        entry.promoted = promoted
+        if batch is not None and aged:
+            # The wait bound: an aged request is ordered behind no younger one (only
+            # affinity-promoted leads and the chunked continuation go before it), so a
+            # younger fresh admission passes it over only if affinity skipped it.
+            pos = {rid: i for i, rid in enumerate(before)}
+            admitted = {r.rid for r in batch.reqs if r.rid in before}
+            fresh = [rid for rid in admitted if rid not in promoted]
+            for rid in aged:
+                if rid in admitted or rid in skipped:
+                    continue
+                younger = [a for a in fresh if pos[a] > pos[rid]]
+                if younger:
+                    entry.passed_over.append(
+                        f"wait:{rid} waited {now - aged[rid]:.3f} s "
+                        f">= bound {bound} s and was passed over by {younger} at {now}"
+                    )
         if batch is not None:
+            for r in batch.reqs:
+                seen_times(r, entry.moved)
             for r in batch.reqs:
                 fresh = r.rid in before
                 entry.shapes.append(
@@ -483,13 +539,97 @@ def _instrument(engine: Engine) -> list[PassLog]:
         return batch
 
     def done(batch: PrefillBatch, now: float) -> list[Request]:
-        for req, computed in in_flight.pop(id(batch)):
+        reqs = in_flight.pop(id(batch))
+        for req, computed in reqs:
             ref.update(req.keys[: min(computed // req.key_tokens, len(req.keys))])
-        return inner_done(batch, now)
+        out = inner_done(batch, now)
+        if log:
+            for req, _ in reqs:
+                seen_times(req, log[-1].moved)
+        return out
 
     sched.get_new_batch_prefill = wrapped  # type: ignore[method-assign]
     sched.prefill_done = done  # type: ignore[method-assign]
     return log
+
+
+def wait_bound(sched: Scheduler) -> float | None:
+    """The wait bound B the scheduler states (README Guarantees, ``order_waiting``):
+    ``schedule_max_wait_s``, capped by the affinity age bound T with affinity on; None
+    (no bound) when off or under strict priority classes (priority without aging)."""
+    cfg = sched.cfg
+    if cfg.enable_priority_scheduling and not cfg.enable_priority_aging:
+        return None
+    b = cfg.schedule_max_wait_s
+    if sched.affinity_on:
+        t = cfg.affinity_max_age_s
+        b = t if b is None or t < b else b
+    return b
+
+
+def check_latency(engine: Engine, result: SimResult, log: list[PassLog]) -> None:
+    """The latency bound, per pass and per request (messages start with ``wait:``).
+
+    Per pass: a request that has waited ``>= B`` is passed over by no younger fresh
+    admission (affinity-promoted leads and the chunked continuation aside; an affinity
+    skip, bounded by check_affinity, aside). Per request, its consequence in time: with
+    ``t0 = max(arrival + B, first scheduling of every request ahead of it in arrival
+    order)``, a request is first scheduled no later than the first pass at or after
+    ``t0`` that admits, fresh and unpromoted, a request that arrived after it (and did
+    not skip it): waiting beyond ``B`` + the drain of what was ahead of it in FCFS order
+    happens only while nothing younger is admitted either, i.e. while it does not fit.
+    Aging off (``B`` None) or strict priority classes: no bound is stated, none checked.
+    """
+    for p in log:
+        assert not p.passed_over, p.passed_over[0]
+    bound = wait_bound(engine.sched)
+    if bound is None:
+        return
+    order = {r.rid: i for i, r in enumerate(sorted(result.requests, key=lambda r: r.arrival_time))}
+    # Per pass with a fresh unpromoted admission: its time, the arrival rank of the
+    # youngest such admission, the requests it skipped.
+    passes: list[tuple[float, int, list[str]]] = []
+    for p in log:
+        ranks = [order[s.rid] for s in p.shapes if s.fresh and s.rid not in p.promoted]
+        if ranks:
+            passes.append((p.now, max(ranks), p.skipped))
+    ahead = -math.inf  # the latest first scheduling of the requests ahead
+    j = 0  # NOTE: t0 never decreases along arrival order, so neither does the scan start
+    for r in sorted(result.requests, key=lambda r: order[r.rid]):
+        first = r.first_scheduled_time
+        if first is None:
+            continue  # rejected on arrival
+        t0 = max(r.arrival_time + bound, ahead)
+        mine = order[r.rid]
+        while j < len(passes) and passes[j][0] < t0:
+            j += 1
+        for now, youngest, skipped in passes[j:]:
+            if now >= first:
+                break
+            assert youngest <= mine or r.rid in skipped, (
+                f"wait:{r.rid} first scheduled at {first}, after a younger admission at "
+                f"{now} (bound {bound} s, due from {t0})"
+            )
+        ahead = max(ahead, first)
+
+
+def check_ttft(engine: Engine, result: SimResult, log: list[PassLog]) -> None:
+    """Truthful times under retraction and preemption (messages start with ``ttft:``):
+    the first scheduling and the first token, once set, never move (observed at every
+    pass and every completed forward); TTFT >= queueing >= 0; a requeued request keeps
+    its first token time."""
+    for p in log:
+        assert not p.moved, p.moved[0]
+    first_sched, first_tok = engine.first_times  # type: ignore[attr-defined]
+    for req in result.requests:
+        if req.status is ReqStatus.REJECTED:
+            continue
+        row = request_row(req)
+        assert req.first_scheduled_time == first_sched[req.rid], f"ttft:first_scheduled {req.rid}"
+        if req.rid in first_tok:
+            assert req.first_token_time == first_tok[req.rid], f"ttft:first_token {req.rid}"
+        ttft, queueing = float(row["ttft_s"]), float(row["queueing_s"])
+        assert ttft >= queueing >= 0, f"ttft:ttft {ttft} < queueing {queueing} for {req.rid}"
 
 
 def _step_check(sched: Scheduler) -> None:
@@ -832,6 +972,8 @@ def run_scenario(
     check_caps(sc, engine, log)
     check_chunks(sc, engine, result, log)
     check_affinity(engine, result, log)
+    check_latency(engine, result, log)
+    check_ttft(engine, result, log)
     _, again, _ = replay(sc, check_every=check_every, max_steps=max_steps)
     cfg = sc.config()
     assert fingerprint(again, cfg) == fingerprint(result, cfg), "same input, different results"

@@ -43,7 +43,7 @@ class Mutation:
     old: str  # source text replaced (every occurrence; must occur)
     new: str
     tag: str  # the assertion-message prefix of the check that must catch it
-    check: str  # "caps" or "chunks"
+    check: str  # "caps", "chunks", "latency" or "ttft"
 
 
 MUTATIONS = [
@@ -177,6 +177,22 @@ MUTATIONS = [
         "hit:match",
         "chunks",
     ),
+    Mutation(
+        "wait bound (aging) disabled",
+        "scheduler",
+        "max_wait_s=max_wait,",
+        "max_wait_s=None,",
+        "wait:",
+        "latency",
+    ),
+    Mutation(
+        "first token time overwritten by a re-prefill",
+        "scheduler",
+        "if req.first_token_time is None:\n                    # The first token's time",
+        "if True:\n                    # The first token's time",
+        "ttft:",
+        "ttft",
+    ),
 ]
 
 
@@ -216,7 +232,15 @@ def _checker(name: str) -> Callable[[fz.Scenario], None]:
         engine, result, log = fz.replay(sc, check_every=10**9)
         fz.check_chunks(sc, engine, result, log)
 
-    return {"caps": caps, "chunks": chunks}[name]
+    def latency(sc: fz.Scenario) -> None:
+        engine, result, log = fz.replay(sc, check_every=10**9)
+        fz.check_latency(engine, result, log)
+
+    def ttft(sc: fz.Scenario) -> None:
+        engine, result, log = fz.replay(sc, check_every=10**9)
+        fz.check_ttft(engine, result, log)
+
+    return {"caps": caps, "chunks": chunks, "latency": latency, "ttft": ttft}[name]
 
 
 @pytest.mark.parametrize("m", MUTATIONS, ids=[m.name for m in MUTATIONS])

@@ -71,6 +71,9 @@ def check_invariants(
     n_keys = 0
     expect_lru: set[Node] = set()
     expect_host_lru: set[Node] = set()
+    if page_holders is not None:
+        page_holders = list(page_holders)  # NOTE: read twice (locks, then pages)
+    own_locks: dict[Node, int] = {}
     root = cache.root
     if root.lock_ref != 1 or root.keys or not root.on_device:
         _fail("root must hold no keys, be device resident and keep lock_ref 1")
@@ -86,8 +89,6 @@ def check_invariants(
                 _fail(f"{child} end is stale ({len(child.keys)} keys)")
             if child.start != node.end:
                 _fail(f"{child} starts at {child.start}, parent ends at {node.end}")
-            if node is not root and child.lock_ref > node.lock_ref:
-                _fail(f"{child} lock_ref exceeds its parent's {node}")
             if child.on_device and not node.on_device:
                 _fail(f"device node {child} under a host-only parent {node}")
             stack.append(child)
@@ -95,6 +96,11 @@ def check_invariants(
             continue
         if node.lock_ref < 0 or node.host_lock_ref < 0:
             _fail(f"{node} has a negative lock count")
+        own = node.lock_ref - sum(1 for c in node.children.values() if c.lock_ref)
+        if own < 0:
+            _fail(f"{node} lock_ref {node.lock_ref} is below its locked children's count")
+        if own:
+            own_locks[node] = own
         if not node.on_device and not node.on_host:
             _fail(f"{node} is resident nowhere")
         if node.n_pages != len(node.keys) * u:
@@ -128,6 +134,7 @@ def check_invariants(
             host_used += node.n_pages
             if not node.on_device and node.host_lock_ref == 0:
                 expect_host_lru.add(node)
+    _check_lock_counts(cache, own_locks, page_holders)
     if len(cache.index) != n_keys:
         _fail(f"index holds {len(cache.index)} keys, tree holds {n_keys}")
     if cached != pool.cached:
@@ -185,6 +192,40 @@ def check_invariants(
         _fail(f"host used {host.used_pages} exceeds capacity {host.capacity_pages}")
     if set(host.lru) != expect_host_lru:
         _fail("host LRU is not exactly the unlocked host-only nodes")
+
+
+def _check_lock_counts(
+    cache: PrefixCache,
+    own_locks: dict[Node, int],
+    page_holders: Iterable[PageHolder] | None,
+) -> None:
+    """The counted locks (cache/node.py: ``lock_ref`` = own locks + locked children) are
+    exact: a node is locked exactly when a lock ends in its subtree, recomputed bottom-up
+    here independently of the incremental counts; with ``page_holders``, every live
+    request's locked node holds at least its own lock (other holders, such as a pass's
+    tentative lock or a caller's own, may hold more; a lock left behind is caught by the
+    callers' end-state checks: nothing protected once every request is gone)."""
+    locked: set[Node] = set()
+    for n in own_locks:
+        while n is not None and n is not cache.root and n not in locked:
+            locked.add(n)
+            n = n.parent  # type: ignore[assignment]
+    stack = list(cache.root.children.values())
+    while stack:
+        n = stack.pop()
+        stack.extend(n.children.values())
+        if (n.lock_ref > 0) != (n in locked):
+            _fail(f"{n} lock_ref {n.lock_ref} but a lock ends in its subtree: {n in locked}")
+    if page_holders is None:
+        return
+    expect: dict[Node, int] = {}
+    for _rid, _start, _table, node in page_holders:
+        if node is not None and node is not cache.root:
+            expect[node] = expect.get(node, 0) + 1
+    for held, times in expect.items():
+        if own_locks.get(held, 0) < times:
+            have = own_locks.get(held, 0)
+            _fail(f"{held} holds {have} own locks, live requests lock it {times} times")
 
 
 def _check_pages(cache: PrefixCache, holders: list[PageHolder]) -> None:

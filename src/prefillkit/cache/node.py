@@ -16,7 +16,8 @@ class Node:
 
     NOTE: residency is per node: all of a node's pages are on device or none are; its
     page ids (``pages``, ``host_slots``) are held exactly while it is resident there.
-    NOTE: ``lock_ref`` of a node is >= the ``lock_ref`` of each child (locks walk to root).
+    NOTE: ``lock_ref`` = own locks (locked prefixes ending here) + children with
+    ``lock_ref > 0``; so ``lock_ref > 0`` exactly when some lock ends in the subtree.
     """
 
     __slots__ = (

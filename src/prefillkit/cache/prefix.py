@@ -10,8 +10,13 @@ Design (see README "Cache design"):
   that every node comes after its device-resident descendants (locks and touches walk
   leaf to root). The front is therefore always an evictable leaf: eviction is O(1)
   per node, with no scan or heap of all leaves.
-- Locks walk from a node to the root. ``evictable`` / ``protected`` page counts (and the
-  per-lane evictable counts) change exactly when a node's ``lock_ref`` crosses 0.
+- Locks count, not walk: ``lock_ref`` of a node is its own locks (requests whose locked
+  prefix ends at it) plus the number of its children with ``lock_ref > 0``, so a node
+  is locked (some lock ends in its subtree) exactly when ``lock_ref > 0``. A lock or
+  unlock changes the node's count and goes up only while counts cross 0, i.e. through
+  exactly the nodes that leave or re-enter ``lru``: O(1 + nodes whose state changes),
+  not O(depth). ``evictable`` / ``protected`` page counts (and the per-lane evictable
+  counts) change exactly at those crossings.
 - A match never mutates anything (no LRU refresh, no split). Admission locks (and may
   split) the matched node; unlocking re-appends nodes at the MRU end, which is the LRU
   refresh. So a request that merely waits does not perturb LRU order.
@@ -183,15 +188,18 @@ class PrefixCache:
         locked = node
         root = self.root
         fresh: list[Node] = []
+        # NOTE: up only while counts cross 0: an ancestor that was already locked just
+        # counts one more locked child (the first iteration adds the lock itself).
         while node is not root:
-            if node.lock_ref == 0:
-                fresh.append(node)  # NOTE: left in the LRU until committed
-                self.evictable_pages -= node.n_pages
-                self.protected_pages += node.n_pages
-                ev = self.evictable_lanes
-                for i, n in enumerate(node.lane_pages):
-                    ev[i] -= n
             node.lock_ref += 1
+            if node.lock_ref != 1:
+                break
+            fresh.append(node)  # NOTE: left in the LRU until committed
+            self.evictable_pages -= node.n_pages
+            self.protected_pages += node.n_pages
+            ev = self.evictable_lanes
+            for i, n in enumerate(node.lane_pages):
+                ev[i] -= n
             node = node.parent  # type: ignore[assignment]
         self._tentative = locked
         self._tentative_fresh = fresh
@@ -221,11 +229,12 @@ class PrefixCache:
         while node is not root:
             assert node is not None
             node.lock_ref -= 1
-            if node.lock_ref == 0:
-                self.evictable_pages += node.n_pages
-                self.protected_pages -= node.n_pages
-                for i, n in enumerate(node.lane_pages):
-                    ev[i] += n
+            if node.lock_ref:
+                break
+            self.evictable_pages += node.n_pages
+            self.protected_pages -= node.n_pages
+            for i, n in enumerate(node.lane_pages):
+                ev[i] += n
             node = node.parent
         if self._tentative_split is not None:
             self._merge_into_child(self._tentative_split)
@@ -279,12 +288,13 @@ class PrefixCache:
         ev = self.evictable_lanes
         while node is not root:
             node.lock_ref -= 1
-            if node.lock_ref == 0:
-                lru[node] = None
-                self.evictable_pages += node.n_pages
-                self.protected_pages -= node.n_pages
-                for i, n in enumerate(node.lane_pages):
-                    ev[i] += n
+            if node.lock_ref:
+                break  # NOTE: still locked, so its ancestors' counts do not change
+            lru[node] = None
+            self.evictable_pages += node.n_pages
+            self.protected_pages -= node.n_pages
+            for i, n in enumerate(node.lane_pages):
+                ev[i] += n
             node = node.parent  # type: ignore[assignment]
 
     def record_hit(self, node: Node) -> None:
@@ -342,7 +352,9 @@ class PrefixCache:
         if node.on_host:
             p.host_slots = node.host_slots[:p_pages]
             node.host_slots = node.host_slots[p_pages:]
-        p.lock_ref = node.lock_ref
+        # NOTE: P's only child is NODE and no lock ends inside P (a lock ends at a node's
+        # end), so P is locked exactly when NODE is; P's parent counts it in NODE's place.
+        p.lock_ref = 1 if node.lock_ref else 0
         p.host_lock_ref = node.host_lock_ref
         p.on_device = node.on_device
         p.on_host = node.on_host

@@ -39,3 +39,26 @@ def refresh_match(cache: PrefixCache, req: Request) -> int:
     c = req.match_hint = cache.match_units(keys, req.max_match_units, h)
     req.match_node = cache.index[keys[c - 1]] if c else cache.root
     return c
+
+
+def device_units(cache: PrefixCache, req: Request, c: int) -> int:
+    """Units of the device-resident part of ``req``'s match of ``c`` units: the end of
+    the deepest device node on the path (``PrefixCache.match_node(...).device_units``)
+    by binary search over the key chain, not a walk up the host-only part.
+
+    Exact because residency is per node and a device node never sits under a host-only
+    one: "unit ``i`` of the path is on device" is monotone in ``i``, and the node
+    holding the last device unit ends there (the next unit is host-only, so in
+    another node)."""
+    keys = req.keys
+    index = cache.index
+    if c == 0 or index[keys[c - 1]].on_device:
+        return c
+    lo, hi = 0, c - 1  # NOTE: units < lo are on device, unit hi is not
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if index[keys[mid]].on_device:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

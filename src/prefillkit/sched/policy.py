@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import random
 import weakref
+from bisect import bisect_right
 from collections.abc import Sequence
+from functools import cmp_to_key
 
 from prefillkit.cache.node import Node
 from prefillkit.cache.prefix import PrefixCache
@@ -18,7 +20,7 @@ from prefillkit.request import (
     IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD,
     Request,
 )
-from prefillkit.sched.matching import refresh_match
+from prefillkit.sched.matching import device_units, refresh_match
 
 # Upstream in-batch prefix caching thresholds (tokens).
 IN_BATCH_PREFIX_CHECK_THRESHOLD = 32
@@ -88,7 +90,7 @@ def order_lpm(waiting: list[Request], cache: PrefixCache) -> list[Request]:
         if matched > check:
             n = req.match_node
             if n is not None and not n.on_device:  # a host hit: compare the device part
-                dev = cache.match_node(n, c).device_units * kt
+                dev = device_units(cache, req, c) * kt
             else:
                 dev = matched
         else:
@@ -114,53 +116,63 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
     ``last_node``; a host hit does not move it), node weight = number of waiting requests
     whose device match ends in its subtree, and siblings of equal weight keep the order
     of their parent's ``children`` (creation order, :attr:`Node.seq`), not the order of
-    the queue. Only the weighted part of the tree is visited: O(queue x path depth),
-    not O(tree).
+    the queue.
 
     A match that ends inside a path-compressed node ends at a node of its own upstream
     (matching splits the node there), which is the parent of the rest of the node: so a
     node's requests are emitted deepest match first, then in queue order.
+
+    Cost independent of the tree's depth: only the *virtual tree* of the request nodes
+    and their branch points is built (:func:`_virtual_tree`), with O(log depth) key
+    comparisons per pair of nodes, never a walk to the root: O(N log N log depth) for
+    N distinct request nodes, O(queue) when they are all one node.
     """
     root = cache.root
     by_node: dict[Node, list[tuple[int, Request]]] = {}
+    rep: dict[Node, list[int]] = {}
     for req in waiting:
         c = refresh_match(cache, req)
         node = req.match_node
         assert node is not None  # NOTE: refresh_match sets it
         if not node.on_device:  # a host hit: upstream's last_node is the device part
-            m = cache.match_node(node, c)
-            node, c = m.device_node, m.device_units
-        by_node.setdefault(node, []).append((c, req))
-    weight: dict[Node, int] = {}
-    kids: dict[Node, list[Node]] = {}
-    for node, node_reqs in by_node.items():
-        n: Node | None = node
-        add = len(node_reqs)
-        while n is not None:
-            if n in weight:
-                weight[n] += add
-                n = n.parent
-                # ancestors of a weighted node are already linked; just add weight
-                while n is not None:
-                    weight[n] += add
-                    n = n.parent
-                break
-            weight[n] = add
-            if n.parent is not None:
-                kids.setdefault(n.parent, []).append(n)
-            n = n.parent
+            c = device_units(cache, req, c)
+            node = cache.index[req.keys[c - 1]] if c else root
+        lst = by_node.get(node)
+        if lst is None:
+            by_node[node] = [(c, req)]
+            rep[node] = req.keys
+        else:
+            lst.append((c, req))
     out: list[Request] = []
+    if len(by_node) == 1:
+        ((_, reqs),) = by_node.items()
+        if len(reqs) > 1:
+            reqs.sort(key=lambda t: -t[0])
+        return [r for _, r in reqs]
+    kids, seq = _virtual_tree(by_node, rep, cache)
+    weight: dict[Node, int] = {}
+    post: list[Node] = []
+    todo = [root]
+    while todo:  # NOTE: pre-order; reversed it lists every child before its parent
+        n = todo.pop()
+        post.append(n)
+        todo.extend(kids.get(n, ()))
+    for n in reversed(post):
+        w = len(by_node.get(n, ()))
+        for k in kids.get(n, ()):
+            w += weight[k]
+        weight[n] = w
     stack: list[tuple[Node, bool]] = [(root, False)]
     while stack:
         node, expanded = stack.pop()
         if expanded:
-            reqs = by_node.get(node)
-            if reqs:
-                if len(reqs) == 1:
-                    out.append(reqs[0][1])
+            here = by_node.get(node)
+            if here:
+                if len(here) == 1:
+                    out.append(here[0][1])
                 else:
-                    reqs.sort(key=lambda t: -t[0])
-                    out.extend([r for _, r in reqs])
+                    here.sort(key=lambda t: -t[0])
+                    out.extend([r for _, r in here])
             continue
         stack.append((node, True))
         children = kids.get(node)
@@ -170,28 +182,113 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
             if len(children) == 1:
                 stack.append((children[0], False))
             else:
-                children.sort(key=lambda c: (-weight[c], c.seq))
+                children.sort(key=lambda c: (-weight[c], seq[c]))
                 stack.extend([(c, False) for c in reversed(children)])
     return out
+
+
+def _virtual_tree(
+    by_node: dict[Node, list[tuple[int, Request]]],
+    rep: dict[Node, list[int]],
+    cache: PrefixCache,
+) -> tuple[dict[Node, list[Node]], dict[Node, int]]:
+    """The request nodes and their branch points as a tree: ``kids`` (virtual children
+    per node) and, per virtual child, the :attr:`Node.seq` of the real child of its
+    virtual parent on its path (its place among the parent's children).
+
+    The key of unit ``i`` on a node's path is the node's own key when ``i`` is inside
+    it, else ``rep[node][i]``: the key chain of a request whose match passes through the
+    whole node above ``node.start``. Keys are chained hashes, so two paths agree through
+    unit ``i`` iff their keys at ``i`` are equal: the longest common prefix of two paths
+    is a binary search, and the branch point is the node holding its last unit (found
+    in the key index). Nodes are sorted in the tree's pre-order (children in ``seq``
+    order), then linked with the usual stack construction of a virtual tree.
+    """
+    root = cache.root
+    index = cache.index
+
+    def key(n: Node, i: int) -> int:
+        return n.keys[i - n.start] if i >= n.start else rep[n][i]
+
+    def lcp(a: Node, b: Node) -> int:
+        m = min(a.end, b.end)
+        if m == 0 or key(a, m - 1) == key(b, m - 1):
+            return m
+        lo, hi = 0, m - 1  # NOTE: paths agree at every unit < lo, differ at hi
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if key(a, mid) == key(b, mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def child_at(n: Node, i: int) -> Node:
+        """The node on ``n``'s path holding unit ``i`` (``i < n.end``)."""
+        return n if i >= n.start else index[rep[n][i]]
+
+    def cmp(a: Node, b: Node) -> int:
+        if a is b:
+            return 0
+        c = lcp(a, b)
+        if c == a.end:
+            return -1  # NOTE: a is an ancestor of b: pre-order puts it first
+        if c == b.end:
+            return 1
+        return -1 if child_at(a, c).seq < child_at(b, c).seq else 1
+
+    kids: dict[Node, list[Node]] = {}
+    seq: dict[Node, int] = {}
+
+    def link(parent: Node, child: Node) -> None:
+        kids.setdefault(parent, []).append(child)
+        seq[child] = child_at(child, parent.end).seq
+
+    stack = [root]
+    for v in sorted(by_node, key=cmp_to_key(cmp)):
+        if v is root:
+            continue
+        top = stack[-1]
+        c = lcp(top, v)
+        if c == top.end:  # NOTE: top is an ancestor of v
+            stack.append(v)
+            continue
+        branch = child_at(v, c - 1) if c else root  # NOTE: ends at unit c (a branch)
+        while len(stack) >= 2 and stack[-2].end >= c:
+            link(stack[-2], stack[-1])
+            stack.pop()
+        if stack[-1] is not branch:
+            if branch not in rep:
+                rep[branch] = rep[v]
+            link(branch, stack[-1])
+            stack.pop()
+            stack.append(branch)
+        stack.append(v)
+    while len(stack) >= 2:
+        link(stack[-2], stack[-1])
+        stack.pop()
+    return kids, seq
 
 
 def aged_prefix_len(waiting: Sequence[Request], now: float, max_wait_s: float | None) -> int:
     """How many requests at the front of ``waiting`` have waited at least ``max_wait_s``.
 
-    ``waiting`` is in arrival order (the scheduler's queue is), so the aged requests are
-    exactly its front: those with ``now - arrival_time >= max_wait_s``. The scan stops at
-    the first younger request, so it costs O(aged + 1), not O(queue). ``None``: no bound
-    (0 aged).
+    ``waiting`` is in arrival order (the scheduler's queue is: non-decreasing
+    ``arrival_time``), so the aged requests are exactly its front: those with
+    ``now - arrival_time >= max_wait_s``, i.e. ``arrival_time <= now - max_wait_s``.
+    Found by binary search: O(log queue) per pass, however many have aged (a linear scan
+    of the aged front was the hot spot of long LPM replays). ``None``: no bound (0 aged).
     """
-    if max_wait_s is None:
+    if max_wait_s is None or not waiting:
         return 0
     cutoff = now - max_wait_s
-    k = 0
-    for req in waiting:
-        if req.arrival_time > cutoff:
-            break
-        k += 1
-    return k
+    if waiting[0].arrival_time > cutoff:
+        return 0
+    return bisect_right(waiting, cutoff, key=_arrival)
+
+
+def _arrival(req: Request) -> float:
+    return req.arrival_time
 
 
 def order_waiting(

@@ -1011,8 +1011,9 @@ class Scheduler:
         node = v.locked_node
         root = self.cache.root
         while node is not None and node is not root:
-            if node.lock_ref == 1:
-                pages += node.n_pages
+            if node.lock_ref != 1:
+                break  # NOTE: another lock ends in this subtree (cache/node.py), so above too
+            pages += node.n_pages
             node = node.parent
         return float(pages * self.page_size)
 
