@@ -31,26 +31,15 @@ import tempfile
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from rich.console import Console
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 from prefillkit import __version__
-from prefillkit.app.compare import (
-    VariantOutcome,
-    VariantsInterrupted,
-    check_shared_settings,
-    collect_variants,
-    compare_document,
-    default_jobs,
-    describe_variant,
-    prepare_variants,
-    run_variants,
-    write_compare,
-    write_dir_report,
-)
 from prefillkit.app.launch import (
     PRESETS,
     base_text,
@@ -74,6 +63,7 @@ from prefillkit.app.replay import (
     load_requests,
     lru_hit_rate,
     make_replay_options,
+    open_workload,
     run_replay,
     write_trace_jsonl,
 )
@@ -87,11 +77,15 @@ from prefillkit.app.settings import (
     knob_table,
     suggest_flag,
 )
-from prefillkit.report.compare import comparison_table, headline_table
 from prefillkit.report.deployment import deployment_panel
 from prefillkit.report.labels import metric_label
 from prefillkit.sim.engine import Engine, SimConfigError
-from prefillkit.sim.output import json_ready, summary_document, write_run
+from prefillkit.sim.output import (
+    StreamingRunWriter,
+    json_ready,
+    summary_document,
+    write_run,
+)
 from prefillkit.sim.slo import parse_duration_s, parse_percentiles, pct_key, pct_label
 from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s
 from prefillkit.sim.trace_events import write_trace_events
@@ -151,6 +145,8 @@ GROUP_TITLES: dict[str, str] = {
 
 def make_console() -> Console:
     """A stdout console; 120 columns wide when stdout is not a terminal (unless COLUMNS)."""
+    from rich.console import Console
+
     if sys.stdout.isatty() or os.environ.get("COLUMNS"):
         return Console()
     return Console(width=120)
@@ -390,6 +386,8 @@ def _summary_sections(metrics: dict[str, Any]) -> list[list[tuple[str, str]]]:
 
 
 def _deployment_table(doc: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     table = Table(title="deployment", header_style="bold")
     table.add_column("setting")
     table.add_column("value")
@@ -443,6 +441,8 @@ def _window_ranges(indices: list[int]) -> str:
 
 def print_summary_table(doc: dict[str, Any], *, wall_time_s: float | None = None) -> None:
     """Print a run's summary document (``summary.json`` shape) as a rich table on stdout."""
+    from rich.table import Table
+
     cfg = doc.get("config", {})
     wl = doc.get("workload", {})
     metrics = doc.get("metrics", {})
@@ -841,6 +841,8 @@ partial and exits with status 130.
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no notes on stderr.")
 @click.pass_context
 def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
+    from prefillkit.app.compare import write_dir_report
+
     try:
         resolved = build_config(params["config_path"], ctx.args, preset=params["preset"])
     except ConfigError as exc:
@@ -861,38 +863,59 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             raise InputError(f"--out {out}: cannot create folder: {_os_reason(exc)}") from None
     name: str = params["name"] or (Path(out).resolve().name if out else "replay")
 
-    workload = load_requests(spec, page_size=cfg.resolved_page_size, seed=cfg.seed)
-    if workload.skipped_rows:
-        line, reason = workload.skipped_rows[0]
-        echo_err(
-            f"skipped {len(workload.skipped_rows):,} bad rows of {spec.trace} "
-            f"(first: line {line}: {reason})"
-        )
-
     run_flags = RunFlags(params["executor"], params["cost_preset"])
     if run_flags.cost_preset is not None and run_flags.executor != "sim":
         raise InputError("--cost-preset times a simulated run: not with --executor torch")
 
-    window_s: float = params["window_s"]
-    try:
-        check_window_s(window_s, (r.arrival_time for r in workload.requests))
-    except ValueError as exc:
-        raise InputError(f"--window-s: {exc}") from None
-
     percentiles, slo_ttft_s = _latency_options(params)
+    trace_events: str | None = params["trace_events"]
+    # Streaming: requests are read (or generated) as they arrive and dropped once done;
+    # the CSVs are written as the run goes (see prefillkit.sim.collect). --trace-events
+    # needs every request and batch at the end, and a measured executor the request list
+    # up front, so those keep the whole run in memory.
+    streaming = trace_events is None and run_flags.executor == "sim"
+    window_s: float = params["window_s"]
+    if streaming:
+        stream = open_workload(spec, page_size=cfg.resolved_page_size, seed=cfg.seed)
+        requests: Any = stream.requests
+        source = stream.info["source"]
+        skipped = stream.skipped_rows
+        try:
+            check_window_s(window_s, ())
+        except ValueError as exc:
+            raise InputError(f"--window-s: {exc}") from None
+    else:
+        workload = load_requests(spec, page_size=cfg.resolved_page_size, seed=cfg.seed)
+        requests = workload.requests
+        source = workload.info["source"]
+        skipped = workload.skipped_rows
+        if skipped:
+            _echo_skipped(spec.trace, skipped)
+        try:
+            check_window_s(window_s, (r.arrival_time for r in workload.requests))
+        except ValueError as exc:
+            raise InputError(f"--window-s: {exc}") from None
+
+    writer: StreamingRunWriter | None = None
 
     def announce(engine: Engine) -> None:
+        nonlocal writer
         engine.window_s = window_s
         if percentiles is not None:
             engine.percentiles = percentiles
         engine.slo_ttft_s = slo_ttft_s
+        if out is not None and engine.collector is not None:
+            writer = StreamingRunWriter(out, engine.trace.keys)
+            engine.collector.sink = writer
         if not quiet:
             for text in header_lines(resolved):
                 echo_err(text)
-            echo_err(
-                f"replaying {len(workload.requests):,} requests from "
-                f"{workload.info['source']} (Ctrl-C stops and keeps partial results)"
+            what = (
+                f"requests from {source} as they arrive"
+                if streaming
+                else f"{len(requests):,} requests from {source}"
             )
+            echo_err(f"replaying {what} (Ctrl-C stops and keeps partial results)")
             if params["executor"] != "sim":
                 clock = "CPU time" if params["executor"] == "torch-cpu" else "the wall clock"
                 echo_err(
@@ -900,41 +923,56 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
                     f"seeded CPU model and is timed by {clock})"
                 )
 
+    forwards = None
     try:
-        result = run_replay(
-            cfg.sim_settings(),
-            workload.requests,
-            progress=not quiet and sys.stderr.isatty(),
-            on_start=announce,
-            executor=params["executor"],
-            cost=load_cost_preset(run_flags.cost_preset),
-        )
-    except (ConfigError, SimConfigError) as exc:
-        # A deployment the simulator cannot build: name the --config file when the
-        # setting at fault comes from it.
-        raise type(exc)(resolved.blame(str(exc))) from None
-    doc = summary_document(result, name=name, config=describe(cfg), workload=workload.info)
-    doc["base"] = base_text(resolved)
-    doc["sources"] = setting_sources(resolved)
-    doc.update(run_keys(run_flags))  # measured forwards or a preset (else no key)
-    wall = result.summary.get("wall_time_s")
-    trace_events: str | None = params["trace_events"]
-    if trace_events is not None:
         try:
-            write_trace_events(result, trace_events)
+            result = run_replay(
+                cfg.sim_settings(),
+                requests,
+                progress=not quiet and sys.stderr.isatty(),
+                on_start=announce,
+                executor=params["executor"],
+                cost=load_cost_preset(run_flags.cost_preset),
+            )
+        except (ConfigError, SimConfigError) as exc:
+            # A deployment the simulator cannot build: name the --config file when the
+            # setting at fault comes from it.
+            raise type(exc)(resolved.blame(str(exc))) from None
         except OSError as exc:
-            raise InputError(f"--trace-events {trace_events}: {_os_reason(exc)}") from None
-        if not quiet:
-            echo_err(f"wrote {trace_events} (open in ui.perfetto.dev or chrome://tracing)")
-    if out is not None:
-        try:
-            write_run(result, out, doc)
-            forwards = write_forwards(result, out)
-        except OSError as exc:
+            if out is None or not streaming:
+                raise
             raise InputError(f"--out {out}: cannot write results: {_os_reason(exc)}") from None
-        if not quiet:
-            more = f", {forwards.name}" if forwards is not None else ""
-            echo_err(f"wrote {out}/summary.json, requests.csv, batches.csv{more}")
+        total = result.summary["requests"]
+        info = stream.finish_info(total) if streaming else workload.info
+        doc = summary_document(result, name=name, config=describe(cfg), workload=info)
+        doc["base"] = base_text(resolved)
+        doc["sources"] = setting_sources(resolved)
+        doc.update(run_keys(run_flags))  # measured forwards or a preset (else no key)
+        if trace_events is not None:
+            try:
+                write_trace_events(result, trace_events)
+            except OSError as exc:
+                raise InputError(f"--trace-events {trace_events}: {_os_reason(exc)}") from None
+            if not quiet:
+                echo_err(f"wrote {trace_events} (open in ui.perfetto.dev or chrome://tracing)")
+        if out is not None:
+            try:
+                if writer is not None:
+                    writer.commit(doc)
+                else:
+                    write_run(result, out, doc)
+                forwards = write_forwards(result, out)
+            except OSError as exc:
+                raise InputError(f"--out {out}: cannot write results: {_os_reason(exc)}") from None
+    finally:
+        if writer is not None:
+            writer.discard()
+    if streaming and skipped:
+        _echo_skipped(spec.trace, skipped)
+    wall = result.summary.get("wall_time_s")
+    if out is not None and not quiet:
+        more = f", {forwards.name}" if forwards is not None else ""
+        echo_err(f"wrote {out}/summary.json, requests.csv, batches.csv{more}")
     if params["as_json"]:
         click.echo(json.dumps({**doc, "timing": json_ready({"wall_time_s": wall})}, indent=2))
     else:
@@ -947,10 +985,14 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
         done = result.summary.get("completed", 0)
         where = f"; partial results written to {out}" if out is not None else ""
         echo_err(
-            f"prefillkit: interrupted: stopped after {done:,} of {len(result.requests):,} "
-            f"requests finished{where}"
+            f"prefillkit: interrupted: stopped after {done:,} of {total:,} requests finished{where}"
         )
         ctx.exit(EXIT_INTERRUPTED)
+
+
+def _echo_skipped(trace: str | None, skipped: list[tuple[int, str]]) -> None:
+    line, reason = skipped[0]
+    echo_err(f"skipped {len(skipped):,} bad rows of {trace} (first: line {line}: {reason})")
 
 
 def _latency_options(params: dict[str, Any]) -> tuple[tuple[float, ...] | None, float | None]:
@@ -1080,6 +1122,21 @@ workers and exits with status 130.
 @click.option("-q", "--quiet", is_flag=True, help="No progress notes on stderr.")
 @click.pass_context
 def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
+    from prefillkit.app.compare import (
+        VariantOutcome,
+        VariantsInterrupted,
+        check_shared_settings,
+        collect_variants,
+        compare_document,
+        default_jobs,
+        describe_variant,
+        prepare_variants,
+        run_variants,
+        write_compare,
+        write_dir_report,
+    )
+    from prefillkit.report.compare import comparison_table, headline_table
+
     config_path: str | None = params["config_path"]
     shared_flags = list(ctx.args)
     try:
@@ -1211,6 +1268,8 @@ def report_cmd(run_dir: str, output: str | None) -> None:
     summary tables and the plots, with every image embedded: it opens from disk in any
     browser, with no server and no network. Prints the page's path.
     """
+    from prefillkit.app.compare import write_dir_report
+
     click.echo(str(write_dir_report(run_dir, output)))
 
 
@@ -1329,6 +1388,8 @@ def trace_stats_cmd(
     N tokens (pages of --page-size, key units of lcm(page, block) tokens) and reports
     the token-weighted hit rate.
     """
+    from rich.table import Table
+
     if block_size is not None and fmt in ("azure", "jsonl"):
         raise InputError(f"--block-size does not apply to the {fmt} format")
     path = resolve_trace(path)  # a bundled name (mooncake-slice) or a path
@@ -1519,6 +1580,8 @@ def knobs_cmd(markdown: bool) -> None:
     line does not give: SGLang 0.5.23's default, or prefillkit's where it deviates) and
     one per --preset (demo: what replay runs with no launch flags).
     """
+    from rich.table import Table
+
     groups = {f.name: str(f.metadata["group"]) for f in dataclasses.fields(Config)}
     flag_group = {field_flag(n): g for n, g in groups.items()}
     bases = knob_defaults()

@@ -1,11 +1,34 @@
-"""Message helpers shared by every layer (standard library only)."""
+"""Message helpers shared by every layer (standard library only), and :func:`lazy_module`."""
 
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Iterable
+from types import ModuleType
+from typing import Any
 
-__all__ = ["one_line", "suggest"]
+__all__ = ["lazy_module", "one_line", "suggest"]
+
+
+class _LazyModule(ModuleType):
+    """A module imported on first attribute access (then its namespace is copied in, so
+    later lookups cost what a module's do)."""
+
+    def __getattr__(self, attr: str) -> Any:
+        module = self.__dict__.get("_lazy_target")
+        if module is None:
+            module = importlib.import_module(self.__name__)
+            self.__dict__.update(module.__dict__)
+            self.__dict__["_lazy_target"] = module
+        return getattr(module, attr)
+
+
+def lazy_module(name: str) -> Any:
+    """``name`` (e.g. ``"numpy"``), imported when first used: start-up of a command that
+    never touches it (``prefillkit --help``) does not pay its import. Use as
+    ``np = lazy_module("numpy")`` beside ``if TYPE_CHECKING: import numpy as np``."""
+    return _LazyModule(name)
 
 
 def one_line(text: object) -> str:

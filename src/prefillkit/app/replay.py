@@ -16,6 +16,7 @@ value that is neither a config field nor a trace problem).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -33,6 +34,7 @@ from typing import Any
 
 from prefillkit.cache import KVPool, PrefixCache
 from prefillkit.request import Request
+from prefillkit.sim.collect import RowSink
 from prefillkit.sim.cost import CostModel
 from prefillkit.sim.engine import Engine, SimResult, key_tokens_of
 from prefillkit.sim.settings import SimSettings
@@ -41,6 +43,8 @@ from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.generators import (
     SEED_AGENTIC,
     generated_shared_prefix,
+    iter_generated_shared_prefix,
+    iter_multi_turn_agentic,
     merge_agentic_args,
     multi_turn_agentic,
 )
@@ -50,6 +54,8 @@ from prefillkit.workloads.replay import (
     FORMATS,
     ReplayOptions,
     detect_format,
+    iter_records,
+    iter_replay_records,
     load_records,
     replay_records,
 )
@@ -60,10 +66,12 @@ __all__ = [
     "LruHitRate",
     "Workload",
     "WorkloadSpec",
+    "WorkloadStream",
     "generate_records",
     "load_requests",
     "lru_hit_rate",
     "make_replay_options",
+    "open_workload",
     "run_replay",
     "stop_on_sigint",
     "write_trace_jsonl",
@@ -172,19 +180,22 @@ def _replay_info(opts: ReplayOptions) -> dict[str, Any]:
     }
 
 
-def _generator_call(spec: WorkloadSpec) -> tuple[Callable[..., list[TraceRecord]], dict[str, Any]]:
-    """The generator function of ``spec`` and its full keyword arguments (but the seed)."""
+def _generator_call(
+    spec: WorkloadSpec, lazy: bool = False
+) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The generator function of ``spec`` and its full keyword arguments (but the seed);
+    ``lazy``: the function that yields the records (same records, same order)."""
     args = dict(spec.generator_args)
     if spec.generator in ("agentic", "seed"):
         if spec.generator == "seed":
             args = merge_agentic_args(SEED_AGENTIC, args)
         if spec.block_size is not None:
             args["block_size"] = spec.block_size
-        return multi_turn_agentic, args
+        return (iter_multi_turn_agentic if lazy else multi_turn_agentic), args
     if spec.generator == "gsp":
         if spec.block_size is not None:
             raise InputError("--block-size does not apply to --generator gsp (token prompts)")
-        return generated_shared_prefix, args
+        return (iter_generated_shared_prefix if lazy else generated_shared_prefix), args
     raise InputError(
         f"--generator: unknown generator {spec.generator!r}; expected one of "
         f"{', '.join(GENERATORS)}"
@@ -239,6 +250,107 @@ def write_trace_jsonl(records: Sequence[TraceRecord], path: str | Path) -> None:
         with suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+@dataclass(slots=True)
+class WorkloadStream:
+    """A workload opened for a streaming replay (:func:`open_workload`).
+
+    ``requests`` yields the requests in arrival order, each built (its key chain) when
+    pulled; ``info`` is the ``summary.json`` description, whose ``requests`` and
+    ``skipped_rows`` are final once ``requests`` is exhausted (:meth:`finish_info`);
+    ``skipped_rows`` fills as the trace is read.
+    """
+
+    requests: Iterator[Request]
+    info: dict[str, Any]
+    skipped_rows: list[tuple[int, str]]
+    count: list[int]  # requests yielded so far (one cell)
+
+    def finish_info(self, total: int | None = None) -> dict[str, Any]:
+        """``info`` with the request count (``total``, else the count yielded) and the
+        skipped rows filled in."""
+        self.info["requests"] = self.count[0] if total is None else total
+        self.info["skipped_rows"] = len(self.skipped_rows)
+        return self.info
+
+
+def _counted_requests(
+    records: Iterator[TraceRecord], page_size: int, count: list[int], trace: str | None
+) -> Iterator[Request]:
+    first: Request | None = None
+    n = 0
+    try:
+        for rec in records:
+            req = to_request(rec, page_size)
+            if trace is not None and req.keys:
+                if first is None:
+                    first = req
+                elif req.key_tokens != first.key_tokens:
+                    _check_key_units((first, req), trace, page_size)
+            n += 1
+            count[0] = n
+            yield req
+    finally:
+        close = getattr(records, "close", None)
+        if close is not None:
+            close()
+
+
+def open_workload(spec: WorkloadSpec, *, page_size: int, seed: int = 0) -> WorkloadStream:
+    """:func:`load_requests`, streaming: the same requests in the same order, read or
+    generated as they are pulled (a bounded look-ahead: see
+    :func:`prefillkit.workloads.replay.iter_records` and the generators). The same
+    errors, raised here for an empty window and, for a bad trace row or mixed key units
+    past the first request, when the iterator reaches it."""
+    if page_size < 1:
+        raise InputError(f"--page-size: must be positive, got {page_size}")
+    opts = spec.replay
+    if spec.trace is not None:
+        if spec.fmt != "auto" and spec.fmt not in FORMATS:
+            raise InputError(
+                f"--format: unknown trace format {spec.fmt!r}; expected one of "
+                f"{', '.join((*FORMATS, 'auto'))}"
+            )
+        real_fmt = detect_format(spec.trace) if spec.fmt == "auto" else spec.fmt
+        if spec.block_size is not None and real_fmt in ("azure", "jsonl"):
+            raise InputError(f"--block-size does not apply to the {real_fmt} format")
+        records, skipped = iter_records(spec.trace, real_fmt, opts, block_size=spec.block_size)
+        info: dict[str, Any] = {
+            "source": f"{real_fmt}:{spec.trace}",
+            "kind": "trace",
+            "path": spec.trace,
+            "format": real_fmt,
+            "block_size": spec.block_size,
+        }
+    else:
+        fn, args = _generator_call(spec, lazy=True)
+        try:
+            generated = fn(**args, seed=seed)
+            stream = iter_replay_records(generated, opts)
+            head = next(stream, None)
+        except (TypeError, ValueError) as exc:
+            raise InputError(_name_sources(str(exc), spec)) from None
+        if head is None:
+            raise InputError("the generated workload has no requests in the selected window")
+        records = itertools.chain((head,), stream)
+        skipped = []
+        info = {
+            "source": f"generator:{spec.generator}",
+            "kind": "generator",
+            "generator": spec.generator,
+            **args,
+            "seed": seed,
+        }
+    info["requests"] = None
+    info["skipped_rows"] = 0
+    info["replay"] = _replay_info(opts)
+    for key, value in list(info.items()):
+        if isinstance(value, float) and math.isinf(value):
+            info[key] = "inf"
+    count = [0]
+    reqs = _counted_requests(records, page_size, count, spec.trace)
+    return WorkloadStream(requests=reqs, info=info, skipped_rows=skipped, count=count)
 
 
 def load_requests(spec: WorkloadSpec, *, page_size: int, seed: int = 0) -> Workload:
@@ -381,7 +493,7 @@ class _ProgressBar:
 
 def run_replay(
     settings: SimSettings,
-    requests: list[Request],
+    requests: list[Request] | Iterator[Request],
     *,
     progress: bool,
     handle_sigint: bool = True,
@@ -389,6 +501,8 @@ def run_replay(
     on_start: Callable[[Engine], None] | None = None,
     executor: str = "sim",
     cost: CostModel | None = None,
+    sink: RowSink | None = None,
+    window_s: float | None = None,
 ) -> SimResult:
     """Simulate ``requests`` on the deployment ``settings`` describes.
 
@@ -400,11 +514,17 @@ def run_replay(
     executor runs and times each forward: :mod:`prefillkit.app.measured`); ``cost``: the
     simulator's cost model (default: the deployment's), e.g. a calibrated preset.
     Raises ``SimConfigError`` / ``ConfigError`` for a deployment that cannot be simulated.
+    ``requests`` may be an iterator in arrival order (a streaming run: ``sink`` gets the
+    rows, see :class:`~prefillkit.sim.engine.Engine`); ``window_s`` is the steady-state
+    window (default: the engine's).
     """
     from prefillkit.app.measured import make_runner
 
-    runner, dep = make_runner(executor, settings, requests)
-    engine = Engine(settings, requests, cost=cost, deployment=dep, runner=runner)
+    if executor != "sim" and not isinstance(requests, list):
+        raise ValueError("a measured executor needs the request list, not a stream")
+    runner, dep = make_runner(executor, settings, requests if isinstance(requests, list) else [])
+    kw: dict[str, Any] = {} if window_s is None else {"window_s": window_s}
+    engine = Engine(settings, requests, cost=cost, deployment=dep, runner=runner, sink=sink, **kw)
     bar = _ProgressBar(description) if progress else None
     if bar is not None:
         engine.on_progress = bar.update

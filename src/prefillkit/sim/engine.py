@@ -20,24 +20,41 @@ from __future__ import annotations
 
 import gc
 import heapq
+import itertools
+import math
 import time as wallclock
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prefillkit.request import Request
 from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
 from prefillkit.sched.interface import SchedulerInterface, StepOutput
 from prefillkit.sched.scheduler import Scheduler
 from prefillkit.sim.cached import cached_totals, split_cached
+from prefillkit.sim.collect import RowSink, RunCollector
 from prefillkit.sim.cost import CostModel, ReqShape, cost_model_for_config
 from prefillkit.sim.gpus import get_gpu
 from prefillkit.sim.metrics import BatchRecord, BatchTrace, summarize
 from prefillkit.sim.settings import SimSettings
 from prefillkit.sim.slo import DEFAULT_PERCENTILES, latency_metrics
-from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s, steady_metrics
+from prefillkit.sim.steady import (
+    DEFAULT_WINDOW_S,
+    MAX_WINDOWS,
+    check_window_s,
+    steady_metrics,
+)
+from prefillkit.text import lazy_module
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy")
+
+#: Requests a streaming engine reads ahead for the key-unit size (the first request
+#: with a key chain); without one among them the page size is used, and a later request
+#: with another key unit is refused (SimConfigError) when it arrives.
+KEY_UNIT_LOOKAHEAD = 4096
 
 FORWARD_DONE, TRANSFER_DONE, ARRIVAL = 0, 1, 2
 
@@ -111,7 +128,7 @@ def key_tokens_of(requests: list[Request], page_size: int) -> int:
     return sizes.pop() if sizes else page_size
 
 
-def resolve_deployment(cfg: SimSettings, requests: list[Request]) -> Deployment:
+def resolve_deployment(cfg: SimSettings, requests: Iterable[Request]) -> Deployment:
     try:
         gpu = get_gpu(cfg.gpu)
     except KeyError as e:
@@ -124,7 +141,7 @@ def resolve_deployment(cfg: SimSettings, requests: list[Request]) -> Deployment:
     return Deployment(
         total_pages=total_pages,
         host_pages=cfg.host_pages(total_pages),
-        key_tokens=key_tokens_of(requests, cfg.page_size),
+        key_tokens=key_tokens_of(list(requests), cfg.page_size),
         num_gpus=num_gpus,
         device_memory_bytes=mem,
         weights_bytes_per_gpu=weights,
@@ -132,24 +149,59 @@ def resolve_deployment(cfg: SimSettings, requests: list[Request]) -> Deployment:
 
 
 class Engine:
+    """The event loop over ``requests``.
+
+    ``requests`` is a list (kept: ``SimResult.requests``, ``batches`` and ``trace`` hold
+    the whole run) or an iterator in arrival order (a *streaming* run: each request is
+    pulled when it arrives and dropped once done; :attr:`collector` keeps the summary's
+    columns and sends the rows of ``requests.csv`` and ``batches.csv`` to ``sink``, and
+    the result's ``requests``/``batches`` are empty). Both give the same summary and the
+    same rows. ``total``: the number of requests, when known, for ``on_progress``.
+    """
+
     def __init__(
         self,
         cfg: SimSettings,
-        requests: list[Request],
+        requests: list[Request] | Iterator[Request],
         *,
         cost: CostModel | None = None,
         deployment: Deployment | None = None,
         on_progress: Callable[[int, int], None] | None = None,
         window_s: float = DEFAULT_WINDOW_S,
         runner: StepRunner | None = None,
+        sink: RowSink | None = None,
+        total: int | None = None,
     ) -> None:
-        try:
-            check_window_s(window_s, (r.arrival_time for r in requests))
-        except ValueError as e:
-            raise SimConfigError(f"--window-s: {e}") from None
+        self.streaming = not isinstance(requests, list)
+        if self.streaming:
+            if not (
+                isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s > 0
+            ):
+                try:
+                    check_window_s(window_s, ())
+                except ValueError as e:
+                    raise SimConfigError(f"--window-s: {e}") from None
+            it = iter(requests)
+            head = []
+            for req in it:  # up to the first request with a key chain (usually the first)
+                head.append(req)
+                if req.keys or len(head) >= KEY_UNIT_LOOKAHEAD:
+                    break
+            self._arrivals: Iterator[Request] = itertools.chain(head, it)
+            self.requests: list[Request] = []
+            self.total = total
+        else:
+            assert isinstance(requests, list)
+            try:
+                check_window_s(window_s, (r.arrival_time for r in requests))
+            except ValueError as e:
+                raise SimConfigError(f"--window-s: {e}") from None
+            head = requests
+            self.requests = requests
+            self._arrivals = iter(sorted(requests, key=lambda r: r.arrival_time))
+            self.total = len(requests)
         self.cfg = cfg
-        self.requests = requests
-        self.dep = deployment or resolve_deployment(cfg, requests)
+        self.dep = deployment or resolve_deployment(cfg, head)
         model = cfg.model_spec
         self.cost: CostModel = cost or cost_model_for_config(cfg, self.dep.num_gpus)
         buffer_ctx = BufferEstimatorContext(
@@ -200,6 +252,14 @@ class Engine:
         self.now = 0.0
         self.busy = False
         self.finished = 0
+        self.arrived = 0
+        self.collector: RunCollector | None = None
+        if self.streaming:
+            self.collector = RunCollector(
+                self.trace.keys, cfg.scheduler.affinity_warm_floor_tokens, sink
+            )
+        self._first_arrival: float | None = None
+        self._window_limit = math.inf
 
     def _push(self, t: float, kind: int, payload: Any) -> None:
         self._seq += 1
@@ -208,43 +268,73 @@ class Engine:
     # ------------------------------------------------------------------ loop
     def run(self) -> SimResult:
         t0 = wallclock.perf_counter()
-        for req in sorted(self.requests, key=lambda r: r.arrival_time):
-            self._push(req.arrival_time, ARRIVAL, req)
         heap = self._heap
+        arrivals = self._arrivals
+        pop = heapq.heappop
+        nxt = next(arrivals, None)
         check = self.cfg.debug_check_invariants
-        total = len(self.requests)
         # NOTE: the trace's objects live through the loop: move them out of the garbage
         # collector's generations, so that its full collections scan only what the loop
         # allocates (as SGLang's scheduler freezes its startup objects); undone below.
         gc.freeze()
-        while heap and not self.stop_requested:
-            t = heap[0][0]
+        while (heap or nxt is not None) and not self.stop_requested:
+            # NOTE: at one time, completions (kinds FORWARD_DONE, TRANSFER_DONE, then
+            # push order) go before arrivals (arrival order), as the heap's
+            # (time, kind, seq) order had it when arrivals were pushed up front.
+            if nxt is None or (heap and heap[0][0] <= nxt.arrival_time):
+                t = heap[0][0]
+            else:
+                t = nxt.arrival_time
+                if t < self.now:
+                    raise SimConfigError(
+                        f"requests must arrive in order: {nxt.rid!r} at {t:g} s, after "
+                        f"{self.now:g} s"
+                    )
             self.now = t
             while heap and heap[0][0] == t:
-                _, _, _, kind, payload = heapq.heappop(heap)
+                _, _, _, kind, payload = pop(heap)
                 self._handle(kind, payload)
+            while nxt is not None and nxt.arrival_time == t:
+                self._arrive(nxt)
+                nxt = next(arrivals, None)
             if not self.busy:
                 self._start_work()
             if check:
                 self.sched.check()
             if self.on_progress is not None:
+                total = self.total if self.total is not None else self.arrived
                 self.on_progress(self.finished, total)
         gc.unfreeze()
-        partial = self.stop_requested and bool(heap)
+        partial = self.stop_requested and (bool(heap) or nxt is not None)
         counters = self.sched.counters()
         counters["stuck"] = 0 if partial else self.sched.num_pending()
-        summary = summarize(self.requests, self.batches, counters=counters, sim_end_s=self.now)
-        summary.update(report_metrics(self))
-        classes = self.trace.cache_classes(self.cfg.scheduler.affinity_warm_floor_tokens)
-        summary.update(
-            steady_metrics(
-                self.requests,
-                self._busy_intervals(),
-                classes,
-                window_s=self.window_s,
+        collector = self.collector
+        if collector is not None:
+            collector.close(partial)
+            if nxt is not None:  # a stopped run: the rest still counts in the summary
+                collector.drain(itertools.chain((nxt,), arrivals))
+            summary = collector.summary(
+                counters=counters,
+                percentiles=self.percentiles,
+                slo_ttft_s=self.slo_ttft_s,
                 sim_end_s=self.now,
+                busy=self._busy_intervals(),
+                window_s=self.window_s,
             )
-        )
+            classes: dict[str, str] = {}
+        else:
+            summary = summarize(self.requests, self.batches, counters=counters, sim_end_s=self.now)
+            summary.update(report_metrics(self))
+            classes = self.trace.cache_classes(self.cfg.scheduler.affinity_warm_floor_tokens)
+            summary.update(
+                steady_metrics(
+                    self.requests,
+                    self._busy_intervals(),
+                    classes,
+                    window_s=self.window_s,
+                    sim_end_s=self.now,
+                )
+            )
         summary["wall_time_s"] = wallclock.perf_counter() - t0
         dep = self.dep.as_dict()
         dep["kv_pool_tokens"] = self.dep.total_pages * self.cfg.page_size
@@ -261,29 +351,66 @@ class Engine:
             },
         )
 
+    def _arrive(self, req: Request) -> None:
+        self.arrived += 1
+        collector = self.collector
+        if collector is not None:
+            if req.keys and req.key_tokens != self.dep.key_tokens:
+                raise SimConfigError(
+                    f"requests use different key-unit sizes "
+                    f"{sorted({req.key_tokens, self.dep.key_tokens})}"
+                )
+            t = req.arrival_time
+            if self._first_arrival is None:
+                self._first_arrival = t
+                self._window_limit = t + MAX_WINDOWS * self.window_s
+            elif t >= self._window_limit:
+                try:
+                    check_window_s(self.window_s, (self._first_arrival, t))
+                except ValueError as e:
+                    raise SimConfigError(f"--window-s: {e}") from None
+            collector.arrive(req)
+            if self.sched.add_request(req) is not None:
+                self.finished += 1
+                collector.done(req)
+        elif self.sched.add_request(req) is not None:
+            self.finished += 1
+
     def _busy_intervals(self) -> tuple[np.ndarray, np.ndarray]:
         """Executor busy intervals ``(starts, durations)``, sorted by start."""
-        starts = np.array([b.start_s for b in self.batches] + self._decode_starts, dtype=float)
-        durations = np.array(
-            [b.duration_s for b in self.batches] + self._decode_durations, dtype=float
+        if self.collector is not None:
+            bstarts: Any = self.collector.batch_starts
+            bdurations: Any = self.collector.batch_durations
+        else:
+            bstarts = [b.start_s for b in self.batches]
+            bdurations = [b.duration_s for b in self.batches]
+        starts = np.concatenate(
+            (np.asarray(bstarts, dtype=float), np.asarray(self._decode_starts, dtype=float))
+        )
+        durations = np.concatenate(
+            (np.asarray(bdurations, dtype=float), np.asarray(self._decode_durations, dtype=float))
         )
         order = np.argsort(starts, kind="stable")
         return starts[order], durations[order]
 
     def _handle(self, kind: int, payload: Any) -> None:
-        if kind == ARRIVAL:
-            if self.sched.add_request(payload) is not None:
-                self.finished += 1
-        elif kind == FORWARD_DONE:
+        if kind == FORWARD_DONE:
             self.busy = False
             if payload is not None:
                 self._prefill_done(payload)
             else:
                 finished, _ = self.sched.decode_step(self.now)
                 self.finished += len(finished)
+                if self.collector is not None:
+                    for req in finished:
+                        self.collector.done(req)
         elif kind == TRANSFER_DONE:
             self.sched.finish(payload, self.now)
             self.finished += 1
+            if self.collector is not None:
+                self.collector.done(payload)
+        elif kind == ARRIVAL:
+            self._arrive(payload)
 
     def _start_work(self) -> None:
         sched = self.sched
@@ -298,11 +425,18 @@ class Engine:
                     ]
                     breakdown = self.cost.breakdown(shapes)
                 dur = breakdown["total"]
-                self.trace.record([s.req for s in step.reqs], breakdown)
+                reqs = [s.req for s in step.reqs]
                 split = split_cached(step, self._mid_chunk)
-                self.batches.append(
-                    BatchRecord.from_step(step, len(self.batches), self.now, dur, split)
-                )
+                if self.collector is not None:
+                    b = self.collector.num_batches
+                    self.collector.batch(
+                        reqs, breakdown, BatchRecord.from_step(step, b, self.now, dur, split)
+                    )
+                else:
+                    self.trace.record(reqs, breakdown)
+                    self.batches.append(
+                        BatchRecord.from_step(step, len(self.batches), self.now, dur, split)
+                    )
                 self.busy = True
                 self._push(self.now + dur, FORWARD_DONE, step)
                 return
@@ -321,6 +455,8 @@ class Engine:
                 if req.output_len >= req.max_new_tokens:
                     self.sched.finish(req, self.now)
                     self.finished += 1
+                    if self.collector is not None:
+                        self.collector.done(req)
                 else:
                     self.sched.start_decode(req)
             else:
@@ -344,7 +480,7 @@ def report_metrics(engine: Engine) -> dict[str, Any]:
 
 def simulate(
     cfg: SimSettings,
-    requests: list[Request],
+    requests: list[Request] | Iterator[Request],
     *,
     cost: CostModel | None = None,
     on_progress: Callable[[int, int], None] | None = None,

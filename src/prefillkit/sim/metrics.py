@@ -18,13 +18,16 @@ from dataclasses import asdict, dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.cached import CachedSplit
+from prefillkit.text import lazy_module
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from prefillkit.sched.interface import StepOutput
+else:
+    np = lazy_module("numpy")
 
 REQUEST_COLUMNS = (
     "rid",

@@ -46,6 +46,12 @@ writing window is delivered after the set is complete. Temporary files left by a
 run (``.requests.csv.<pid>.<hex>.tmp``) are removed by the next write into the folder when
 their process is gone. A target that exists as a folder is refused before anything is
 written, naming the file.
+
+Streaming: :class:`StreamingRunWriter` writes the CSV rows into those temporary files
+while the run goes (a :class:`~prefillkit.sim.collect.RowSink`; the manifest's sizes and
+hashes are taken as the bytes are written) and :meth:`StreamingRunWriter.commit` renames
+them with the same set rule; the bytes are those :func:`write_run` writes for the same
+run. A run that fails before the commit leaves no temporary file behind.
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ __all__ = [
     "REQUESTS_FILE",
     "SUMMARY_FILE",
     "WALL_CLOCK_FIELDS",
+    "StreamingRunWriter",
     "atomic_write_text",
     "file_manifest",
     "json_ready",
@@ -141,12 +148,26 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _fast_cell(value: Any) -> str:
+    """:func:`_cell`, with the common exact types first (a CSV cell per call)."""
+    t = type(value)
+    if t is float:
+        return "" if value != value else repr(value)  # NaN is empty
+    if t is int:
+        return str(value)
+    if t is str:
+        return value  # type: ignore[no-any-return]
+    return _cell(value)
+
+
 def _csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)
+    cell = _fast_cell
     for row in rows:
-        writer.writerow([_cell(row.get(c)) for c in columns])
+        get = row.get
+        writer.writerow([cell(get(c)) for c in columns])
     return buf.getvalue()
 
 
@@ -255,26 +276,120 @@ def file_manifest(texts: Mapping[str, str]) -> dict[str, dict[str, Any]]:
 def write_file_set(folder: Path, texts: Mapping[str, str], last: str) -> None:
     """Write ``texts`` (file name -> text) into ``folder`` as one set; ``last`` (the
     manifest) is removed first and written last. See the module docstring."""
-    for name in texts:
-        target = folder / name
-        if target.is_dir():
-            raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(target))
+    _check_targets(folder, texts)
     remove_stale_temporaries(folder, texts)
     temps: dict[str, Path] = {}
     try:
         for name, text in texts.items():
             temps[name] = _write_temp(folder / name, text)
-        with _sigint_held():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(folder / last)
-            for name, tmp in temps.items():
-                if name != last:
-                    os.replace(tmp, folder / name)
-            os.replace(temps[last], folder / last)
+        _commit_temps(folder, temps, last)
     finally:
         for tmp in temps.values():
             if tmp.exists():
                 _unlink_quietly(tmp)
+
+
+def _check_targets(folder: Path, names: Iterable[str]) -> None:
+    for name in names:
+        target = folder / name
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(target))
+
+
+def _commit_temps(folder: Path, temps: Mapping[str, Path], last: str) -> None:
+    """Rename the written, fsynced ``temps`` into place, ``last`` last (SIGINT held)."""
+    with _sigint_held():
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder / last)
+        for name, tmp in temps.items():
+            if name != last:
+                os.replace(tmp, folder / name)
+        os.replace(temps[last], folder / last)
+
+
+class _HashedFile:
+    """A text sink over a binary temporary file that counts and hashes what it writes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fh = open(path, "xb")
+        self.sha = hashlib.sha256()
+        self.bytes = 0
+
+    def write(self, text: str) -> int:
+        data = text.encode("utf-8")
+        self.sha.update(data)
+        self.bytes += len(data)
+        self.fh.write(data)
+        return len(text)
+
+    def finish(self) -> dict[str, Any]:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+        return {"bytes": self.bytes, "sha256": self.sha.hexdigest()}
+
+
+class StreamingRunWriter:
+    """``requests.csv`` and ``batches.csv`` written row by row while a streaming run goes
+    (a :class:`prefillkit.sim.collect.RowSink`), then committed with ``summary.json`` as
+    one set (:meth:`commit`; the same files :func:`write_run` writes, byte for byte).
+
+    The rows go to temporary files beside the targets; :meth:`discard` (or an exception
+    before :meth:`commit`) removes them and leaves the folder as it was.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike[str], breakdown_keys: Sequence[str]) -> None:
+        self.folder = Path(out_dir)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        names = (REQUESTS_FILE, BATCHES_FILE, SUMMARY_FILE)
+        _check_targets(self.folder, names)
+        remove_stale_temporaries(self.folder, names)
+        self._files: dict[str, _HashedFile] = {}
+        try:
+            for name in (REQUESTS_FILE, BATCHES_FILE):
+                self._files[name] = _HashedFile(_temp_path(self.folder / name))
+        except BaseException:
+            self.discard()
+            raise
+        self._req_cols = REQUEST_COLUMNS
+        self._batch_cols = batch_columns(breakdown_keys)
+        self._req = csv.writer(self._files[REQUESTS_FILE], lineterminator="\n")
+        self._batch = csv.writer(self._files[BATCHES_FILE], lineterminator="\n")
+        self._req.writerow(self._req_cols)
+        self._batch.writerow(self._batch_cols)
+
+    def request_row(self, row: dict[str, Any]) -> None:
+        get, cell = row.get, _fast_cell
+        self._req.writerow([cell(get(c)) for c in self._req_cols])
+
+    def batch_row(self, row: dict[str, Any]) -> None:
+        get, cell = row.get, _fast_cell
+        self._batch.writerow([cell(get(c)) for c in self._batch_cols])
+
+    def commit(self, document: Mapping[str, Any]) -> None:
+        """Finish the CSVs and write ``summary.json`` (``document`` plus the manifest)."""
+        try:
+            manifest = {name: f.finish() for name, f in self._files.items()}
+            doc = {**document, "files": manifest}
+            summary_text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+            temps = {name: f.path for name, f in self._files.items()}
+            temps[SUMMARY_FILE] = _write_temp(self.folder / SUMMARY_FILE, summary_text)
+            _commit_temps(self.folder, temps, SUMMARY_FILE)
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Remove the temporary files (after :meth:`commit`: those not renamed, none)."""
+        for f in self._files.values():
+            with contextlib.suppress(OSError):
+                f.fh.close()
+            if f.path.exists():
+                _unlink_quietly(f.path)
+        self._files = {}
+        tmp = [p for p in self.folder.glob(f".{SUMMARY_FILE}.{os.getpid()}.*.tmp")]
+        for p in tmp:
+            _unlink_quietly(p)
 
 
 def _written_requests(result: SimResult) -> list[Request]:

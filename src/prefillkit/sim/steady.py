@@ -39,11 +39,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from prefillkit.request import ReqStatus, Request
+from prefillkit.text import lazy_module
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy")
 
 __all__ = [
     "DEFAULT_WINDOW_S",
@@ -56,6 +60,7 @@ __all__ = [
     "overload_runs",
     "steady_interval",
     "steady_metrics",
+    "steady_metrics_columns",
     "ttft_stats",
 ]
 
@@ -194,14 +199,15 @@ def _windows(
     return out
 
 
-def _class_stats(
-    requests: Sequence[Request], ttft: np.ndarray, cache_classes: Mapping[str, str]
-) -> dict[str, Any]:
+#: Cache class -> its code in a class column (0: never admitted, no class).
+CLASS_CODES: dict[str, int] = {"warm": 1, "cold": 2}
+
+
+def _class_stats_codes(codes: np.ndarray, ttft: np.ndarray) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    classes = np.array([cache_classes.get(r.rid, "") for r in requests], dtype=object)
     done = np.isfinite(ttft)
-    for name in ("warm", "cold"):
-        sample = ttft[done & (classes == name)]
+    for name, code in CLASS_CODES.items():
+        sample = ttft[done & (codes == code)]
         out[f"{name}_requests"] = len(sample)
         out.update(ttft_stats(sample, f"{name}_ttft_"))
     return out
@@ -254,8 +260,29 @@ def steady_metrics(
         [math.nan if r.first_token_time is None else r.first_token_time for r in requests],
         dtype=float,
     )
-    ttft = first_token - arrival
     kept = np.array([r.status is not ReqStatus.REJECTED for r in requests], dtype=bool)
+    codes = np.array(
+        [CLASS_CODES.get(cache_classes.get(r.rid, ""), 0) for r in requests], dtype=np.int8
+    )
+    return steady_metrics_columns(
+        arrival, first_token, kept, codes, busy, window_s=window_s, sim_end_s=sim_end_s
+    )
+
+
+def steady_metrics_columns(
+    arrival: np.ndarray,
+    first_token: np.ndarray,
+    kept: np.ndarray,
+    class_codes: np.ndarray,
+    busy: tuple[np.ndarray, np.ndarray],
+    *,
+    window_s: float,
+    sim_end_s: float,
+) -> dict[str, Any]:
+    """:func:`steady_metrics` from per-request columns in request order: arrival and
+    first-token times (NaN: none), not-rejected flags and cache-class codes
+    (:data:`CLASS_CODES`, 0 for none); what a streaming run keeps instead of requests."""
+    ttft = first_token - arrival
     edges = _window_edges(arrival, window_s)
     windows = (
         _windows(arrival, ttft, first_token, np.sort(arrival[kept]), busy, edges, sim_end_s)
@@ -267,7 +294,7 @@ def steady_metrics(
     return {
         "window_s": float(window_s),
         **_steady_stats(arrival, ttft, window_s),
-        **_class_stats(requests, ttft, cache_classes),
+        **_class_stats_codes(class_codes, ttft),
         "overloaded": bool(overloaded),
         "saturated_windows": [i for i, flag in enumerate(saturated) if flag],
         "overloaded_windows": overloaded,

@@ -14,21 +14,29 @@ give identical records.
 
 from __future__ import annotations
 
+import functools
+import heapq
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from itertools import count
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from prefillkit.text import lazy_module
 from prefillkit.workloads.record import TraceRecord
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy")
 
 __all__ = [
     "SEED_AGENTIC",
     "SYSTEM_PROMPT_CHOICE",
     "generated_shared_prefix",
+    "iter_generated_shared_prefix",
+    "iter_multi_turn_agentic",
     "merge_agentic_args",
     "multi_turn_agentic",
     "seed_agentic",
@@ -45,13 +53,22 @@ def _draw_len(rng: np.random.Generator, full: int, range_ratio: float) -> int:
 
 def _poisson_arrivals(rng: np.random.Generator, n: int, rate: float) -> list[float]:
     """``n`` Poisson arrivals at ``rate`` per second, the first at 0 (inf: all at 0)."""
+    return _poisson_array(rng, n, rate).tolist()  # type: ignore[no-any-return]
+
+
+def _poisson_array(rng: np.random.Generator, n: int, rate: float) -> np.ndarray:
+    """:func:`_poisson_arrivals` as a float64 array (8 bytes per arrival)."""
     if math.isinf(rate):
-        return [0.0] * n
+        return np.zeros(n)
     gaps = rng.exponential(1.0 / rate, size=max(n - 1, 0))
-    return [0.0, *np.cumsum(gaps).tolist()][:n]
+    out = np.empty(n)
+    if n:
+        out[0] = 0.0
+        np.cumsum(gaps, out=out[1:])
+    return out
 
 
-def generated_shared_prefix(
+def iter_generated_shared_prefix(
     num_groups: int = 64,
     prompts_per_group: int = 16,
     system_prompt_len: int = 2048,
@@ -65,8 +82,14 @@ def generated_shared_prefix(
     num_turns: int = 1,
     seed: int = 0,
     vocab_size: int = 32000,
-) -> list[TraceRecord]:
-    """Shared-prefix workload in the style of SGLang's ``generated-shared-prefix``.
+) -> Iterator[TraceRecord]:
+    """Shared-prefix workload in the style of SGLang's ``generated-shared-prefix``,
+    yielded lazily (arguments checked at the call).
+
+    Streaming: the conversations' questions are drawn in the eager order (before the
+    shuffle), but only the generator state at each conversation's first draw is kept
+    (a few bytes each); a conversation's tokens are drawn again from that state when it
+    arrives, so the look-ahead is one conversation, not the whole workload.
 
     Each of ``num_groups`` groups has one random-token system prompt; each request is its
     group's prompt followed by a random-token question. There are
@@ -112,42 +135,104 @@ def generated_shared_prefix(
         w = 1.0 / np.arange(1, num_groups + 1, dtype=np.float64) ** zipf_alpha
         groups = np.sort(rng.choice(num_groups, size=total, p=w / w.sum()))
 
-    # One conversation per (group, index-in-group), in group order.
-    convs: list[tuple[str, int, list[np.ndarray], list[int]]] = []
+    # One conversation per (group, index-in-group), in group order: keep the bit
+    # generator's state before its draws, draw (to advance the stream) and drop them.
+    bitgen = rng.bit_generator
+    state0 = bitgen.state
+    st_hi = np.empty(total, dtype=np.uint64)
+    st_lo = np.empty(total, dtype=np.uint64)
+    st_has = np.empty(total, dtype=np.uint8)
+    st_u = np.empty(total, dtype=np.uint32)
+    group_of = groups.astype(np.int64)
+    index_in_group = np.empty(total, dtype=np.int64)
     per_group: dict[int, int] = {}
-    for g in groups.tolist():
+    mask = (1 << 64) - 1
+    for i, g in enumerate(groups.tolist()):
         idx = per_group.get(g, 0)
         per_group[g] = idx + 1
-        questions = [
-            rng.integers(0, vocab_size, size=_draw_len(rng, question_len, range_ratio))
-            for _ in range(num_turns)
-        ]
-        outs = [_draw_len(rng, output_len, range_ratio) for _ in range(num_turns)]
-        convs.append((f"gsp-g{g}-p{idx}", g, questions, outs))
+        index_in_group[i] = idx
+        st = bitgen.state
+        v = st["state"]["state"]
+        st_hi[i], st_lo[i] = v >> 64, v & mask
+        st_has[i], st_u[i] = st["has_uint32"], st["uinteger"]
+        _conv_draws(rng, num_turns, question_len, output_len, range_ratio, vocab_size)
     order = np.arange(total) if ordered else rng.permutation(total)
-    arrivals = _poisson_arrivals(rng, total, request_rate)
+    arrivals = _poisson_array(rng, total, request_rate)
+    return _gsp_stream(
+        rng, sys_prompts, order, arrivals, group_of, index_in_group,
+        (st_hi, st_lo, st_has, st_u, state0),
+        (num_turns, question_len, output_len, range_ratio, vocab_size),
+    )  # fmt: skip
 
-    records: list[TraceRecord] = []
-    for conv_i, t in zip(order.tolist(), arrivals, strict=True):
-        rid, g, questions, outs = convs[conv_i]
+
+def _conv_draws(
+    rng: np.random.Generator,
+    num_turns: int,
+    question_len: int,
+    output_len: int,
+    range_ratio: float,
+    vocab_size: int,
+) -> tuple[list[np.ndarray], list[int]]:
+    """One conversation's questions and output lengths (the eager draw order)."""
+    questions = [
+        rng.integers(0, vocab_size, size=_draw_len(rng, question_len, range_ratio))
+        for _ in range(num_turns)
+    ]
+    outs = [_draw_len(rng, output_len, range_ratio) for _ in range(num_turns)]
+    return questions, outs
+
+
+def _gsp_stream(
+    rng: np.random.Generator,
+    sys_prompts: list[np.ndarray],
+    order: np.ndarray,
+    arrivals: np.ndarray,
+    group_of: np.ndarray,
+    index_in_group: np.ndarray,
+    states: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Mapping[str, Any]],
+    shape: tuple[int, int, int, float, int],
+) -> Iterator[TraceRecord]:
+    st_hi, st_lo, st_has, st_u, state0 = states
+    num_turns, question_len, output_len, range_ratio, vocab_size = shape
+    side = np.random.Generator(type(rng.bit_generator)())
+    inc = state0["state"]["inc"]
+    name = state0["bit_generator"]
+    for conv_i, t in zip(order.tolist(), arrivals.tolist(), strict=True):
+        side.bit_generator.state = {
+            "bit_generator": name,
+            "state": {"state": (int(st_hi[conv_i]) << 64) | int(st_lo[conv_i]), "inc": inc},
+            "has_uint32": int(st_has[conv_i]),
+            "uinteger": int(st_u[conv_i]),
+        }
+        questions, outs = _conv_draws(
+            side, num_turns, question_len, output_len, range_ratio, vocab_size
+        )
+        g = int(group_of[conv_i])
+        rid = f"gsp-g{g}-p{int(index_in_group[conv_i])}"
         parts: list[np.ndarray] = [sys_prompts[g]]
         for turn in range(num_turns):
             parts.append(questions[turn])
             tokens = tuple(np.concatenate(parts).tolist())
-            records.append(
-                TraceRecord(
-                    rid=rid if num_turns == 1 else f"{rid}-t{turn}",
-                    arrival_s=float(t),
-                    input_len=len(tokens),
-                    output_len=outs[turn],
-                    hash_ids=None,
-                    block_size=None,
-                    tokens=tokens,
-                )
+            yield TraceRecord(
+                rid=rid if num_turns == 1 else f"{rid}-t{turn}",
+                arrival_s=float(t),
+                input_len=len(tokens),
+                output_len=outs[turn],
+                hash_ids=None,
+                block_size=None,
+                tokens=tokens,
             )
             if turn + 1 < num_turns:  # the answer becomes part of the next prompt
                 parts.append(rng.integers(0, vocab_size, size=outs[turn]))
-    return records
+
+
+@functools.wraps(iter_generated_shared_prefix)
+def generated_shared_prefix(*args: Any, **kwargs: Any) -> list[TraceRecord]:
+    """:func:`iter_generated_shared_prefix` as a list (same arguments, same records)."""
+    return list(iter_generated_shared_prefix(*args, **kwargs))
+
+
+generated_shared_prefix.__doc__ = iter_generated_shared_prefix.__doc__
 
 
 IntRange = tuple[int, int]
@@ -293,7 +378,7 @@ def _session(
     return out_records
 
 
-def multi_turn_agentic(
+def iter_multi_turn_agentic(
     num_sessions: int = 64,
     turns_per_session: IntRange = (4, 12),
     system_prompt_len: int | IntRange = 8192,
@@ -309,8 +394,14 @@ def multi_turn_agentic(
     decode_tokens_per_s: float = 50.0,
     sessions_per_system_prompt: int | None = None,
     max_prompt_len: int | None = None,
-) -> list[TraceRecord]:
-    """Agentic multi-turn sessions whose context grows turn by turn.
+) -> Iterator[TraceRecord]:
+    """Agentic multi-turn sessions whose context grows turn by turn, yielded lazily in
+    arrival order (the arguments are checked at the call).
+
+    Streaming: sessions are drawn in session order (the draws of the eager version, in
+    the same order) and a drawn turn waits in a heap only until the next session's start,
+    after which no later session can arrive before it; so the look-ahead is the turns of
+    the sessions live at once, not the whole workload.
 
     Sessions start as a Poisson process at ``session_arrival_rate`` (the first at 0) and
     have a number of turns drawn from ``turns_per_session`` (inclusive). Turn 1's prompt
@@ -376,7 +467,7 @@ def multi_turn_agentic(
     rng = np.random.default_rng(seed)
     fresh = count()
     systems = _system_prompts(rng, fresh, n_prompts, sys_range, block_size)
-    starts = _poisson_arrivals(rng, num_sessions, session_arrival_rate)
+    starts = _poisson_array(rng, num_sessions, session_arrival_rate)
     params = _Turns(
         turns=turns_per_session,
         first_user=first_user_len,
@@ -388,13 +479,42 @@ def multi_turn_agentic(
         prefill_tokens_per_s=prefill_tokens_per_s,
         decode_tokens_per_s=decode_tokens_per_s,
     )
-    rows: list[tuple[float, int, int, TraceRecord]] = []
-    for s in range(num_sessions):
+    return _agentic_stream(rng, fresh, systems, starts, n_prompts, per_prompt, params)
+
+
+def _agentic_stream(
+    rng: np.random.Generator,
+    fresh: Iterator[int],
+    systems: list[tuple[int, list[int]]],
+    starts: np.ndarray,
+    n_prompts: int,
+    per_prompt: int | None,
+    params: _Turns,
+) -> Iterator[TraceRecord]:
+    """The records of :func:`iter_multi_turn_agentic` sorted by ``(arrival, session,
+    turn)``: session ``s`` arrives at ``starts[s]`` or later (starts are non-decreasing),
+    so a drawn turn whose key is below ``(starts[s], s)`` precedes every undrawn one."""
+    heap: list[tuple[float, int, int, TraceRecord]] = []
+    push, pop = heapq.heappush, heapq.heappop
+    for s in range(len(starts)):
+        start = float(starts[s])
+        bound = (start, s)
+        while heap and (heap[0][0], heap[0][1]) < bound:
+            yield pop(heap)[3]
         system = systems[_prompt_index(s, n_prompts, per_prompt)]
-        for k, rec in enumerate(_session(rng, fresh, s, starts[s], system, params)):
-            rows.append((rec.arrival_s, s, k, rec))
-    rows.sort(key=lambda r: (r[0], r[1], r[2]))
-    return [r[3] for r in rows]
+        for k, rec in enumerate(_session(rng, fresh, s, start, system, params)):
+            push(heap, (rec.arrival_s, s, k, rec))
+    while heap:
+        yield pop(heap)[3]
+
+
+@functools.wraps(iter_multi_turn_agentic)
+def multi_turn_agentic(*args: Any, **kwargs: Any) -> list[TraceRecord]:
+    """:func:`iter_multi_turn_agentic` as a list (same arguments, same records)."""
+    return list(iter_multi_turn_agentic(*args, **kwargs))
+
+
+multi_turn_agentic.__doc__ = iter_multi_turn_agentic.__doc__
 
 
 #: The seed system's traffic mix (a production replay at 91.8 % cache hit):

@@ -32,12 +32,18 @@ __all__ = [
     "FORMATS",
     "ReplayOptions",
     "detect_format",
+    "iter_records",
+    "iter_replay_records",
     "iter_trace",
     "load_records",
     "replay_records",
 ]
 
 FORMATS: tuple[str, ...] = ("mooncake", "bailian", "azure", "jsonl")
+
+#: Records :func:`iter_records` reads (and validates) before it returns: the bounded
+#: look-ahead that lets a bad row near the start fail before the replay begins.
+VALIDATE_AHEAD = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +145,14 @@ def iter_trace(
 
 def _select(records: Iterable[TraceRecord], options: ReplayOptions) -> list[TraceRecord]:
     """Window and cap while streaming; stops pulling once past the window or the cap."""
+    return list(_iter_select(records, options))
+
+
+def _iter_select(records: Iterable[TraceRecord], options: ReplayOptions) -> Iterator[TraceRecord]:
+    """:func:`_select`, lazily: yields the kept records in order; the source is closed
+    (its file) once past the window or the cap, or when this generator is closed."""
     start, end, cap = options.start_s, options.end_s, options.max_requests
-    out: list[TraceRecord] = []
+    kept = 0
     it = iter(records)
     try:
         prev = -math.inf
@@ -152,14 +164,14 @@ def _select(records: Iterable[TraceRecord], options: ReplayOptions) -> list[Trac
                 continue
             if rec.arrival_s >= end:
                 break
-            out.append(rec)
-            if cap is not None and len(out) >= cap:
+            yield rec
+            kept += 1
+            if cap is not None and kept >= cap:
                 break
     finally:
         close = getattr(it, "close", None)
         if close is not None:
             close()  # closes the file of a streaming loader
-    return out
 
 
 def _spread(times: list[float]) -> list[float]:
@@ -207,6 +219,68 @@ def _retime(records: list[TraceRecord], options: ReplayOptions, source: str) -> 
     ]
 
 
+def _iter_retime(
+    records: Iterator[TraceRecord], options: ReplayOptions, source: str
+) -> Iterator[TraceRecord]:
+    """:func:`_retime`, lazily and with a bounded look-ahead: the records of one
+    quantised timestamp with ``spread_buckets`` (the last bucket's width, the median gap,
+    needs the distinct timestamps' gaps: one float per bucket). ``rate`` needs the
+    selection's span and count, so that option reads the whole selection first (the
+    records are then held in memory, as :func:`_retime` does)."""
+    if options.rate is not None:
+        yield from _retime(list(records), options, source)
+        return
+    scale = options.time_scale
+    first = next(records, None)
+    if first is None:
+        return
+    t0 = first.arrival_s
+
+    def emit(rec: TraceRecord, t: float) -> TraceRecord:
+        if scale != 1.0:
+            t = t * scale
+        return rec if rec.arrival_s == t else replace(rec, arrival_s=t)
+
+    if not options.spread_buckets:
+        yield emit(first, first.arrival_s - t0)
+        for rec in records:
+            yield emit(rec, rec.arrival_s - t0)
+        return
+    # One bucket at a time: (records sharing rebased time ``bt``) waits for the next
+    # distinct time, which gives its width (as _spread does).
+    gaps: list[float] = []
+    bucket = [first]
+    bt = first.arrival_s - t0
+    for rec in records:
+        t = rec.arrival_s - t0
+        if t == bt:
+            bucket.append(rec)
+            continue
+        width = t - bt
+        gaps.append(width)
+        n = len(bucket)
+        for k, r in enumerate(bucket):
+            yield emit(r, bt + k * width / n)
+        bucket = [rec]
+        bt = t
+    if not gaps:  # one distinct timestamp: nothing to spread
+        for r in bucket:
+            yield emit(r, bt)
+        return
+    width = statistics.median(gaps)
+    n = len(bucket)
+    for k, r in enumerate(bucket):
+        yield emit(r, bt + k * width / n)
+
+
+def iter_replay_records(
+    records: Iterable[TraceRecord], options: ReplayOptions | None = None
+) -> Iterator[TraceRecord]:
+    """:func:`replay_records`, lazily (see :func:`_iter_retime` for the look-ahead)."""
+    opts = ReplayOptions() if options is None else options
+    return _iter_retime(_iter_select(records, opts), opts, "<records>")
+
+
 def replay_records(
     records: Iterable[TraceRecord], options: ReplayOptions | None = None
 ) -> list[TraceRecord]:
@@ -238,3 +312,33 @@ def load_records(
             path, None, f"no requests in the selected window [{opts.start_s:g}{end}) s"
         )
     return _retime(selected, opts, os.fspath(path)), skipped or []
+
+
+def iter_records(
+    path: PathLike,
+    fmt: str,
+    options: ReplayOptions | None = None,
+    *,
+    block_size: int | None = None,
+) -> tuple[Iterator[TraceRecord], list[tuple[int, str]]]:
+    """:func:`load_records`, streaming: ``(records, skipped_rows)``; the records are read,
+    selected and re-timed as they are pulled, and ``skipped_rows`` fills as they are.
+
+    The first :data:`VALIDATE_AHEAD` selected records are read here, so a missing file, a
+    file with no requests, an empty window or a bad row among them raise
+    ``WorkloadError`` at once (before a replay prints anything); a bad row later in the
+    file raises when the iterator reaches it.
+    """
+    opts = ReplayOptions() if options is None else options
+    skipped: SkipList = []
+    stream = iter_trace(
+        path, fmt, block_size=block_size, skipped=skipped if opts.skip_bad_rows else None
+    )
+    selected = _iter_select(stream, opts)
+    head = list(itertools.islice(selected, VALIDATE_AHEAD))
+    if not head:
+        end = "" if opts.duration_s is None else f", {opts.end_s:g}"
+        raise WorkloadError(
+            path, None, f"no requests in the selected window [{opts.start_s:g}{end}) s"
+        )
+    return _iter_retime(itertools.chain(head, selected), opts, os.fspath(path)), skipped

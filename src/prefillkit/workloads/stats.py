@@ -18,13 +18,18 @@ import math
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import xxhash
 
 from prefillkit.request import token_key_chain
+from prefillkit.text import lazy_module
 from prefillkit.workloads.record import TraceRecord
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy")
 
 __all__ = ["LengthStats", "TraceStats", "prefix_block_ids", "trace_stats"]
 
