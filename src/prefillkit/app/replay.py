@@ -312,14 +312,15 @@ def open_workload(spec: WorkloadSpec, *, page_size: int, seed: int = 0) -> Workl
                 f"--format: unknown trace format {spec.fmt!r}; expected one of "
                 f"{', '.join((*FORMATS, 'auto'))}"
             )
-        real_fmt = detect_format(spec.trace) if spec.fmt == "auto" else spec.fmt
+        path = resolve_trace(spec.trace)  # a bundled name (mooncake-slice) or a path
+        real_fmt = detect_format(path) if spec.fmt == "auto" else spec.fmt
         if spec.block_size is not None and real_fmt in ("azure", "jsonl"):
             raise InputError(f"--block-size does not apply to the {real_fmt} format")
-        records, skipped = iter_records(spec.trace, real_fmt, opts, block_size=spec.block_size)
+        records, skipped = iter_records(path, real_fmt, opts, block_size=spec.block_size)
         info: dict[str, Any] = {
             "source": f"{real_fmt}:{spec.trace}",
             "kind": "trace",
-            "path": spec.trace,
+            "path": path,
             "format": real_fmt,
             "block_size": spec.block_size,
         }
