@@ -63,7 +63,7 @@ def test_streaming_run_writes_the_files_of_the_list_run(name: str, tmp_path: Pat
     for f in ("requests.csv", "batches.csv", "summary.json"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
     assert stream.finish_info()["requests"] == len(listed.requests)
-    assert not [p for p in (tmp_path / "b").iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in (tmp_path / "b").iterdir() if p.name.endswith((".tmp", ".part"))]
 
 
 def test_lazy_generators_give_the_eager_records() -> None:

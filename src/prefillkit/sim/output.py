@@ -47,11 +47,14 @@ run (``.requests.csv.<pid>.<hex>.tmp``) are removed by the next write into the f
 their process is gone. A target that exists as a folder is refused before anything is
 written, naming the file.
 
-Streaming: :class:`StreamingRunWriter` writes the CSV rows into those temporary files
-while the run goes (a :class:`~prefillkit.sim.collect.RowSink`; the manifest's sizes and
-hashes are taken as the bytes are written) and :meth:`StreamingRunWriter.commit` renames
-them with the same set rule; the bytes are those :func:`write_run` writes for the same
-run. A run that fails before the commit leaves no temporary file behind.
+Streaming: :class:`StreamingRunWriter` writes the CSV rows into temporary files named
+``.requests.csv.<pid>.<hex>.part`` while the run goes (a
+:class:`~prefillkit.sim.collect.RowSink`; the manifest's sizes and hashes are taken as the
+bytes are written; a Ctrl-C stops the run and the partial set is committed, as for a
+non-streaming run) and :meth:`StreamingRunWriter.commit` commits them with the same set
+rule (the ``.tmp`` summary, then the renames); the bytes are those :func:`write_run`
+writes for the same run. A run that fails before the commit leaves no temporary file
+behind; a killed one's ``.part`` files are removed by the next write into the folder.
 """
 
 from __future__ import annotations
@@ -171,8 +174,8 @@ def _csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def _temp_path(target: Path) -> Path:
-    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+def _temp_path(target: Path, suffix: str = "tmp") -> Path:
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.{suffix}")
 
 
 def _write_temp(target: Path, text: str) -> Path:
@@ -206,7 +209,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
-_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.tmp$")
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.(tmp|part)$")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -348,7 +351,9 @@ class StreamingRunWriter:
         self._files: dict[str, _HashedFile] = {}
         try:
             for name in (REQUESTS_FILE, BATCHES_FILE):
-                self._files[name] = _HashedFile(_temp_path(self.folder / name))
+                # ".part": rows of a run in progress; the set's commit (the ".tmp" summary,
+                # then the renames) is the same short window as write_run's.
+                self._files[name] = _HashedFile(_temp_path(self.folder / name, "part"))
         except BaseException:
             self.discard()
             raise
