@@ -297,6 +297,28 @@ def _counted_requests(
             close()
 
 
+def _trace_source(spec: WorkloadSpec, trace: str) -> tuple[str, str, dict[str, Any]]:
+    """The trace's path (a bundled name such as mooncake-slice resolved), its format and
+    the workload info; one-line ``InputError`` for a bad ``--format`` / ``--block-size``."""
+    if spec.fmt != "auto" and spec.fmt not in FORMATS:
+        raise InputError(
+            f"--format: unknown trace format {spec.fmt!r}; expected one of "
+            f"{', '.join((*FORMATS, 'auto'))}"
+        )
+    path = resolve_trace(trace)
+    real_fmt = detect_format(path) if spec.fmt == "auto" else spec.fmt
+    if spec.block_size is not None and real_fmt in ("azure", "jsonl"):
+        raise InputError(f"--block-size does not apply to the {real_fmt} format")
+    info: dict[str, Any] = {
+        "source": f"{real_fmt}:{trace}",
+        "kind": "trace",
+        "path": path,
+        "format": real_fmt,
+        "block_size": spec.block_size,
+    }
+    return path, real_fmt, info
+
+
 def open_workload(spec: WorkloadSpec, *, page_size: int, seed: int = 0) -> WorkloadStream:
     """:func:`load_requests`, streaming: the same requests in the same order, read or
     generated as they are pulled (a bounded look-ahead: see
@@ -307,23 +329,8 @@ def open_workload(spec: WorkloadSpec, *, page_size: int, seed: int = 0) -> Workl
         raise InputError(f"--page-size: must be positive, got {page_size}")
     opts = spec.replay
     if spec.trace is not None:
-        if spec.fmt != "auto" and spec.fmt not in FORMATS:
-            raise InputError(
-                f"--format: unknown trace format {spec.fmt!r}; expected one of "
-                f"{', '.join((*FORMATS, 'auto'))}"
-            )
-        path = resolve_trace(spec.trace)  # a bundled name (mooncake-slice) or a path
-        real_fmt = detect_format(path) if spec.fmt == "auto" else spec.fmt
-        if spec.block_size is not None and real_fmt in ("azure", "jsonl"):
-            raise InputError(f"--block-size does not apply to the {real_fmt} format")
+        path, real_fmt, info = _trace_source(spec, spec.trace)
         records, skipped = iter_records(path, real_fmt, opts, block_size=spec.block_size)
-        info: dict[str, Any] = {
-            "source": f"{real_fmt}:{spec.trace}",
-            "kind": "trace",
-            "path": path,
-            "format": real_fmt,
-            "block_size": spec.block_size,
-        }
     else:
         fn, args = _generator_call(spec, lazy=True)
         try:
@@ -365,23 +372,8 @@ def load_requests(spec: WorkloadSpec, *, page_size: int, seed: int = 0) -> Workl
     opts = spec.replay
     skipped: list[tuple[int, str]] = []
     if spec.trace is not None:
-        if spec.fmt != "auto" and spec.fmt not in FORMATS:
-            raise InputError(
-                f"--format: unknown trace format {spec.fmt!r}; expected one of "
-                f"{', '.join((*FORMATS, 'auto'))}"
-            )
-        path = resolve_trace(spec.trace)  # a bundled name (mooncake-slice) or a path
-        real_fmt = detect_format(path) if spec.fmt == "auto" else spec.fmt
-        if spec.block_size is not None and real_fmt in ("azure", "jsonl"):
-            raise InputError(f"--block-size does not apply to the {real_fmt} format")
+        path, real_fmt, info = _trace_source(spec, spec.trace)
         records, skipped = load_records(path, real_fmt, opts, block_size=spec.block_size)
-        info: dict[str, Any] = {
-            "source": f"{real_fmt}:{spec.trace}",
-            "kind": "trace",
-            "path": path,
-            "format": real_fmt,
-            "block_size": spec.block_size,
-        }
     else:
         generated, gen_info = generate_records(spec, seed)
         records = replay_records(generated, opts)
