@@ -22,13 +22,12 @@ import argparse
 import platform
 import statistics
 import time
-from collections.abc import Sequence
 
 from prefillkit.app.settings import Config
 from prefillkit.request import Request, block_key_chain
 from prefillkit.sched.policy import order_waiting
-from prefillkit.sim.cost import ReqShape
 from prefillkit.sim.engine import Engine
+from prefillkit.sim.linear_cost import LinearCostModel
 
 BLOCK = 64
 
@@ -58,22 +57,9 @@ def time_deep(turns: int, policy: str) -> tuple[float, int]:
     return wall, max(b.waiting_len for b in res.batches)
 
 
-class LinearCost:
+def LinearCost() -> LinearCostModel:
     """The cost model of tests/test_extremes.py (10 ms + 10 us per extend token)."""
-
-    breakdown_keys = ("total",)
-
-    def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
-        return {"total": self.forward_time(batch)}
-
-    def forward_time(self, batch: Sequence[ReqShape]) -> float:
-        return 0.01 + sum(s.extend_len for s in batch) * 1e-5 if batch else 0.0
-
-    def decode_step_time(self, batch_size: int, total_context: int) -> float:
-        return 0.005
-
-    def kv_transfer_time(self, tokens: int) -> float:
-        return tokens * 1e-6
+    return LinearCostModel()
 
 
 def big_queue(n: int) -> list[Request]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from prefillkit.app.settings import Config
 from prefillkit.request import Request
 from prefillkit.sim.cost import ReqShape, default_cost_model
 from prefillkit.sim.engine import Engine, simulate
+from prefillkit.sim.linear_cost import LinearCostModel
 from prefillkit.workloads.generators import multi_turn_agentic
 from prefillkit.workloads.record import to_request
 from prefillkit.workloads.replay import ReplayOptions
@@ -22,22 +22,9 @@ TRACE = (
 )
 
 
-class LinearCost:
+def LinearCost() -> LinearCostModel:
     """forward = 0.5 s + 1 ms per extend token; no transfer time."""
-
-    breakdown_keys = ("total",)
-
-    def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
-        return {"total": self.forward_time(batch)}
-
-    def forward_time(self, batch: Sequence[ReqShape]) -> float:
-        return 0.5 + sum(s.extend_len for s in batch) / 1000 if batch else 0.0
-
-    def decode_step_time(self, batch_size: int, total_context: int) -> float:
-        return 0.01
-
-    def kv_transfer_time(self, tokens: int) -> float:
-        return 0.0
+    return LinearCostModel(0.5, 1e-3, 0.0, 0.01, 0.0, 0.0)
 
 
 def small_cfg(**kw: object) -> Config:

@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,28 +22,15 @@ import pytest
 
 from prefillkit.app.settings import Config
 from prefillkit.request import ReqStatus, Request
-from prefillkit.sim.cost import ReqShape
 from prefillkit.sim.engine import Engine, SimResult
+from prefillkit.sim.linear_cost import LinearCostModel
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class LinearCost:
+def LinearCost() -> LinearCostModel:
     """forward = 10 ms + 10 us per extend token; decode 5 ms; transfer 1 us per token."""
-
-    breakdown_keys = ("total",)
-
-    def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
-        return {"total": self.forward_time(batch)}
-
-    def forward_time(self, batch: Sequence[ReqShape]) -> float:
-        return 0.01 + sum(s.extend_len for s in batch) * 1e-5 if batch else 0.0
-
-    def decode_step_time(self, batch_size: int, total_context: int) -> float:
-        return 0.005
-
-    def kv_transfer_time(self, tokens: int) -> float:
-        return tokens * 1e-6
+    return LinearCostModel()
 
 
 def cfg(**kw: Any) -> Config:

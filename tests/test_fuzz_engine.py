@@ -66,7 +66,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,8 +81,8 @@ from prefillkit.models import MODELS
 from prefillkit.request import ReqStatus, Request, block_key_chain
 from prefillkit.sched.buffer import BufferEstimatorContext, BufferReqShape, estimate_buffer_bytes
 from prefillkit.sched.scheduler import PrefillBatch, Scheduler
-from prefillkit.sim.cost import ReqShape
 from prefillkit.sim.engine import Engine, SimResult
+from prefillkit.sim.linear_cost import LinearCostModel
 from prefillkit.sim.metrics import request_row
 from prefillkit.sim.output import summary_document, write_run
 
@@ -112,25 +112,10 @@ MAX_STEPS = 200_000
 CHECK_PAGES = 8192
 
 
-class LinearCost:
+def LinearCost() -> LinearCostModel:
     """A cheap deterministic cost model: 50 ms + 10 us per extend token, 1 us per
     loaded token; decode 5 ms + 1 ns per context token; transfer 1 us per token."""
-
-    breakdown_keys = ("total",)
-
-    def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
-        return {"total": self.forward_time(batch)}
-
-    def forward_time(self, batch: Sequence[ReqShape]) -> float:
-        if not batch:
-            return 0.0
-        return 0.05 + sum(s.extend_len * 1e-5 + s.loaded_tokens * 1e-6 for s in batch)
-
-    def decode_step_time(self, batch_size: int, total_context: int) -> float:
-        return 0.005 + total_context * 1e-9
-
-    def kv_transfer_time(self, tokens: int) -> float:
-        return tokens * 1e-6
+    return LinearCostModel(0.05, 1e-5, 1e-6, 0.005, 1e-9, 1e-6)
 
 
 # --------------------------------------------------------------------------- workloads
