@@ -11,7 +11,7 @@ from prefillkit.cache import KVPool, PrefixCache
 from prefillkit.cache.events import BlockLoadedBack, BlockRemoved, BlockStored, KVEvent
 from prefillkit.cache.host import HostTier
 from prefillkit.cache.invariants import InvariantError, check_invariants
-from prefillkit.cache.pages import IdStack, global_ids, pop_front
+from prefillkit.cache.pages import IdStack, global_ids
 from prefillkit.cache.pool import lane_split
 
 
@@ -49,12 +49,6 @@ def test_global_ids_interleave_lanes_in_sequence_order() -> None:
     # sequence pages 1..5 on 2 lanes: lane 1 holds pages 1, 3, 5; lane 0 pages 2, 4
     lanes = [array("q", [7, 8]), array("q", [0, 1, 2])]
     assert global_ids(lanes, 1) == [0 * 2 + 1, 7 * 2, 1 * 2 + 1, 8 * 2, 2 * 2 + 1]
-
-
-def test_pop_front_splits_an_array() -> None:
-    a = array("q", [5, 6, 7])
-    assert pop_front(a, 2).tolist() == [5, 6]
-    assert a.tolist() == [7]
 
 
 def test_pool_lane_tables_have_the_right_lane_counts() -> None:

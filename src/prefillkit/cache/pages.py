@@ -25,24 +25,13 @@ from array import array
 
 __all__ = [
     "IdStack",
-    "PageArray",
     "empty_table",
-    "extend",
     "global_ids",
-    "new_array",
     "pending_table",
-    "pop_front",
     "take",
 ]
 
-PageArray = array  # array('q') of lane-local page ids
-
 _TYPECODE = "q"
-
-
-def new_array(first: int = 0, stop: int = 0) -> array:
-    """A page array of the ids ``first .. stop - 1`` (empty by default)."""
-    return array(_TYPECODE, range(first, stop))
 
 
 def empty_table(cp_size: int) -> list[array]:
@@ -96,20 +85,6 @@ class IdStack:
         self.top = top - n
         return self.ids[top - n : top]
 
-    def take_many(self, counts: list[int]) -> list[array]:
-        """Take ``counts[k]`` free ids for each ``k`` (the caller checked the sum)."""
-        need = sum(counts)
-        if self.top < need:
-            self._grow(need - self.top)
-        ids = self.ids
-        top = self.top
-        out: list[array] = []
-        for n in counts:
-            out.append(ids[top - n : top])
-            top -= n
-        self.top = top
-        return out
-
     def pop(self) -> int:
         """Take one free id (the caller checked there is one)."""
         if not self.top:
@@ -127,10 +102,6 @@ class IdStack:
             del self.ids[top:]
             self.ids.extend(ids)
         self.top = end
-
-    def free_ids(self) -> list[int]:
-        """Every free id (for checks; O(size))."""
-        return self.ids[: self.top].tolist() + list(range(self.fresh, self.size))
 
 
 #: Pages allocated by one step for one request, not yet in its page table: per owner
@@ -150,20 +121,6 @@ def take(stack: array, n: int) -> array:
     out = stack[k:]
     del stack[k:]
     return out
-
-
-def pop_front(ids: array, n: int) -> array:
-    """Remove the first ``n`` ids of ``ids`` (mutated) and return them."""
-    head = ids[:n]
-    del ids[:n]
-    return head
-
-
-def extend(table: list[array], more: list[array]) -> None:
-    """Append lane table ``more`` to lane table ``table`` (mutated), lane by lane."""
-    for dst, src in zip(table, more, strict=True):
-        if src:
-            dst.extend(src)
 
 
 def global_ids(lanes: list[array], start_page: int) -> list[int]:

@@ -132,17 +132,6 @@ class KVPool:
             owned[i] += n
         return self._take(lanes)
 
-    def take_owned_many(self, counts: list[int]) -> list[array] | None:
-        """free -> request-owned, one lane (``cp_size == 1``): ``counts[k]`` pages for
-        each ``k``, one array each. All or nothing (None)."""
-        total = sum(counts)
-        if self.free[0] < total:
-            return None
-        self.owned[0] += total
-        self.free[0] -= total
-        self.free_total -= total
-        return self.free_ids[0].take_many(counts)
-
     def take_owned_page(self, lane: int, ids: array) -> bool:
         """free -> request-owned: one page of ``lane`` appended to ``ids`` (that lane's
         part of the request's page table, mutated). False when the lane is full."""
