@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable
+from functools import lru_cache
 
 from prefillkit.cache.node import Node
 from prefillkit.cache.pages import IdStack
@@ -27,15 +28,32 @@ def _fail(msg: str) -> None:
     raise InvariantError(msg)
 
 
-def _check_partition(what: str, stack: IdStack, held: list[tuple[str, array]]) -> None:
+@lru_cache(maxsize=8)
+def _id_space(n: int) -> frozenset[int]:
+    """``{0, ..., n - 1}``, kept for the next check (``IdStack.fresh`` grows in chunks)."""
+    return frozenset(range(n))
+
+
+def _check_partition(what: str, stack: IdStack, held: list[tuple[object, array]]) -> None:
     """The free ids of ``stack`` and the ``held`` arrays (holder, ids) must cover the id
-    space ``[0, stack.size)`` exactly once."""
+    space ``[0, stack.size)`` exactly once. A holder is named by ``str()`` (a node's repr
+    is built only when the check fails)."""
+    # NOTE: fast path in C (array concatenation and a set): the ids cover the space
+    # exactly once iff there are ``fresh`` of them, all distinct and all in range. Only
+    # a failing partition pays for the per-holder walk that names the culprit.
+    every = stack.ids[: stack.top]
+    for _holder, ids in held:
+        every.extend(ids)
+    n = stack.fresh
+    if len(every) == n and set(every) == _id_space(n):
+        return
     owner: dict[int, str] = {}
     for pid in stack.ids[: stack.top]:
         if pid in owner:
             _fail(f"{what}: page {pid} is twice in the free list")
         owner[pid] = "the free list"
-    for holder, ids in held:
+    for held_by, ids in held:
+        holder = str(held_by)
         for pid in ids:
             prev = owner.get(pid)
             if prev is not None:
@@ -233,15 +251,15 @@ def _check_pages(cache: PrefixCache, holders: list[PageHolder]) -> None:
     pool = cache.pool
     r = pool.cp_size
     u = cache.unit_pages
-    lanes: list[list[tuple[str, array]]] = [[("the loose pages", lo)] for lo in pool.loose]
-    host_held: list[tuple[str, array]] = []
+    lanes: list[list[tuple[object, array]]] = [[("the loose pages", lo)] for lo in pool.loose]
+    host_held: list[tuple[object, array]] = []
     stack = list(cache.root.children.values())
     while stack:
         node = stack.pop()
         stack.extend(node.children.values())
         for i, t in enumerate(node.pages):
-            lanes[i].append((repr(node), t))
-        host_held.append((repr(node), node.host_slots))
+            lanes[i].append((node, t))
+        host_held.append((node, node.host_slots))
     for rid, start, table, locked in holders:
         if table and len(table) != r:
             _fail(f"{rid}: page table has {len(table)} lanes, the pool {r}")
