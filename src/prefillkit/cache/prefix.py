@@ -94,6 +94,12 @@ class PrefixCache:
         # Called with one KV event per change of what the cache holds (cache/events.py);
         # NOTE: None (the default) builds no event at all.
         self.kv_listener: KVListener | None = None
+        # What may have changed a waiting request's match, for an order kept across
+        # passes (sched/lpm_order.py), which drains them: nodes that were split, merged,
+        # evicted from device, revived, loaded back or removed, and the first key of
+        # every new node. NOTE: None (the default) records nothing.
+        self.changed_nodes: list[Node] | None = None
+        self.new_heads: list[int] | None = None
         # NOTE: shared by every node off the device; never mutated (no node's page table
         # is: splits, merges, evictions and load-backs bind new ones).
         self._no_pages = empty_table(pool.cp_size)
@@ -245,6 +251,8 @@ class PrefixCache:
     def _merge_into_child(self, p: Node) -> None:
         """Undo :meth:`_split`: ``p``'s only child takes back ``p``'s units and slot."""
         (child,) = p.children.values()
+        if self.changed_nodes is not None:
+            self.changed_nodes += (p, child)
         child.keys = p.keys + child.keys
         child.start = p.start
         child.n_pages += p.n_pages
@@ -332,6 +340,8 @@ class PrefixCache:
         """Split ``node`` so that a new parent ends at unit ``units``; return the parent."""
         j = units - node.start
         u = self.unit_pages
+        if self.changed_nodes is not None:
+            self.changed_nodes.append(node)
         p_pages = j * u
         p_lanes = lane_split(node.start * u, p_pages, self.cp_size)
         p = Node(
@@ -429,6 +439,8 @@ class PrefixCache:
                 if listener is not None:
                     self._stored(new)
                 node.children[keys[d]] = new
+                if self.new_heads is not None:
+                    self.new_heads.append(keys[d])
                 index = self.index
                 for key in new.keys:
                     index[key] = new
@@ -457,6 +469,8 @@ class PrefixCache:
                 pool.owned_to_cached(lanes)  # revive a host-only node
                 child.pages = seg
                 child.on_device = True
+                if self.changed_nodes is not None:
+                    self.changed_nodes.append(child)
                 if self.host is not None:
                     self.host.lru.pop(child, None)
                 self._add_evictable(child)
@@ -611,6 +625,8 @@ class PrefixCache:
         """``node`` was popped from the LRU: free its device pages."""
         self.pool.give_cached(node.pages, node.lane_pages)
         node.pages = self._no_pages
+        if self.changed_nodes is not None:
+            self.changed_nodes.append(node)
         if self.kv_listener is not None:
             self.kv_listener(BlockRemoved(tuple(node.keys), node.start, "GPU"))
         self.evictable_pages -= node.n_pages
@@ -633,9 +649,12 @@ class PrefixCache:
         stack = [node]
         host = self.host
         index = self.index
+        changed = self.changed_nodes
         while stack:
             n = stack.pop()
             stack.extend(n.children.values())
+            if changed is not None:
+                changed.append(n)
             for key in n.keys:
                 del index[key]
             if n.on_host and host is not None:
@@ -719,6 +738,8 @@ class PrefixCache:
             assert table is not None  # NOTE: evict_for made room for the whole path
             n.pages = table
             n.on_device = True
+            if self.changed_nodes is not None:
+                self.changed_nodes.append(n)
             self._add_evictable(n)
             pages += n.n_pages
             copies.append((n.start * u, n.host_slots[:], [t[:] for t in table]))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from prefillkit.cache.events import KVListener
@@ -50,6 +51,7 @@ from prefillkit.sched.interface import (
     StepOutput,
     limit_of,
 )
+from prefillkit.sched.lpm_order import LpmOrder
 from prefillkit.sched.matching import refresh_match
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.preempt import pick_victims
@@ -210,6 +212,21 @@ class Scheduler:
         )
         # Requests that tripped an affinity bound lead the next pass.
         self.affinity_promoted: list[Request] = []
+        # The wait bound (policy.order_waiting): requests this old go first, oldest first.
+        # With affinity on, its age bound T is a wait bound too: a cold request T old is
+        # at the front of any ordering, where no warm lead can skip it.
+        max_wait = cfg.schedule_max_wait_s
+        if self.affinity_on:
+            t = self.affinity_bounds.max_age_s
+            if max_wait is None or t < max_wait:
+                max_wait = t
+        self.max_wait_s = max_wait
+        # LPM without priority keeps its order across passes (sched/lpm_order.py).
+        self._lpm: LpmOrder | None = (
+            LpmOrder(self.cache, aging=max_wait is not None)
+            if cfg.schedule_policy == "lpm" and not cfg.enable_priority_scheduling
+            else None
+        )
         self.stats = SchedulerStats()
         # Why the last admission pass stopped (for an empty pass: why nothing was admitted).
         self.last_pass_reason: CloseReason | None = None
@@ -280,9 +297,13 @@ class Scheduler:
         if req.arrival_time >= self._last_arrival:
             self._waiting[req] = None
             self._last_arrival = req.arrival_time
+            if self._lpm is not None:
+                self._lpm.add(req)
         else:  # a preempted/retracted request goes back to its arrival position (rare)
             reqs = sorted([*self._waiting, req], key=lambda r: r.arrival_time)
             self._waiting = dict.fromkeys(reqs)
+            if self._lpm is not None:
+                self._lpm.reset(reqs)
 
     @property
     def waiting(self) -> list[Request]:
@@ -351,16 +372,20 @@ class Scheduler:
                 self._empty_pass(CloseReason.MEMORY)
                 return None
             lead = BatchLead.WARM  # NOTE: a continuation carries its true prefix
-        # The wait bound (policy.order_waiting): requests this old go first, oldest first.
-        # With affinity on, its age bound T is a wait bound too: a cold request T old is
-        # at the front of any ordering, where no warm lead can skip it.
-        max_wait = cfg.schedule_max_wait_s
-        if self.affinity_on:
-            t = self.affinity_bounds.max_age_s
-            if max_wait is None or t < max_wait:
-                max_wait = t
+        max_wait = self.max_wait_s
         order: Iterable[Request]
-        if cfg.schedule_policy == "fcfs" and not cfg.enable_priority_scheduling:
+        lpm = self._lpm
+        if lpm is not None:
+            # order_waiting's lpm order, kept across passes (the same order: check()).
+            # NOTE: kept current even under the fallback (what the cache recorded is
+            # drained), so it costs what changed, not what accumulated.
+            order = lpm.order(None if max_wait is None else now - max_wait)
+            policy_used = "lpm"
+            fallback = cfg.lpm_fallback_queue_len
+            if fallback is not None and len(self._waiting) > fallback:
+                order = self._waiting  # NOTE: as above, the scan leaves the queue alone
+                policy_used = "fcfs"
+        elif cfg.schedule_policy == "fcfs" and not cfg.enable_priority_scheduling:
             # order_waiting's fcfs order is the queue itself (the wait bound is a no-op
             # under fcfs): scan the arrival-ordered dict, no O(N) copy. Safe: without
             # priority nothing in the scan adds to or removes from self._waiting
@@ -385,7 +410,7 @@ class Scheduler:
         if self.affinity_promoted:
             promoted = [r for r in self.affinity_promoted if r.status is ReqStatus.WAITING]
             ids = {id(r) for r in promoted}
-            order = promoted + [r for r in order if id(r) not in ids]
+            order = chain(promoted, (r for r in order if id(r) not in ids))
             self.affinity_promoted = []
         kt = cache.key_tokens
         floor = self.affinity_bounds.warm_floor_tokens
@@ -585,6 +610,7 @@ class Scheduler:
         p = self.page_size
         running = self.running
         waiting = self._waiting
+        lpm = self._lpm
         prefilling = ReqStatus.PREFILLING
         waiting_status = ReqStatus.WAITING
         # One eviction for the whole batch: the adder planned exactly these pages per
@@ -613,6 +639,8 @@ class Scheduler:
                 req.status = prefilling
                 running[req.rid] = req
                 del waiting[req]
+                if lpm is not None:
+                    lpm.remove(req)
             # NOTE: prefix_len is page aligned for a new request (a key-unit multiple)
             # and a continuation's prefix ends where its owned pages end.
             start = req.owned_end_page
@@ -758,6 +786,8 @@ class Scheduler:
     def abort(self, req: Request, now: float) -> None:
         """Drop ``req`` wherever it is: queue, chunk, running, decode set."""
         self._waiting.pop(req, None)
+        if self._lpm is not None:
+            self._lpm.remove(req)
         if self.chunked_req is req:
             self.chunked_req = None
         if req in self.decoding:
@@ -1067,7 +1097,10 @@ class Scheduler:
 
     # ------------------------------------------------------------------ checks
     def check(self) -> None:
-        """Invariant check over cache, pool and every live request's pages."""
+        """Invariant check over cache, pool and every live request's pages (and the
+        kept LPM order against a full re-sort)."""
+        if self._lpm is not None:
+            self._lpm.check(list(self._waiting))
         check_invariants(
             self.cache,
             [(r.owned_start_page, r.owned_end_page) for r in self.running.values()],

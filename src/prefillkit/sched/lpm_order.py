@@ -1,0 +1,308 @@
+"""The LPM order kept across passes: work per pass bounded by what changed.
+
+:func:`prefillkit.sched.policy.order_lpm` confirms every waiting request's match and
+sorts the whole queue on every pass: O(queue) Python work per pass (50,000 waiting:
+seconds per simulated second). :class:`LpmOrder` keeps the same order as a sorted list
+and rescores only the requests whose score may have changed, which the cache tells it
+(``PrefixCache.changed_nodes`` and ``PrefixCache.new_heads``). The order it yields is
+exactly ``order_waiting(waiting, "lpm", ...)``'s (the scheduler's ``check()`` compares
+it with a from-scratch :func:`order_lpm`, and so does the fuzz).
+
+A request's LPM key is ``(score, arrival_time, seq)`` where ``seq`` is its enqueue
+number (so ``(arrival_time, seq)`` is its queue position) and ``score`` is ``-matched``
+tokens, or ``1`` when in-batch prefix deprioritised (a short-match request whose head an
+earlier short-match request shares; see ``order_lpm``). The score depends on:
+
+- the matched length ``c`` units: it grows only when unit ``c``'s key becomes cached, and
+  then as the first key of a new node (the node holding unit ``c - 1`` has the key
+  after it fixed, and a branch grows at a node's end); it shrinks only when the node
+  holding unit ``c - 1`` (the match node) leaves the tree (leaves go first, so an
+  ancestor never leaves before it);
+- whether the device part is at most 32 tokens (for ``matched > 32``: whether the node
+  holding unit ``32 // key_tokens`` of the path, the *probe node*, is on device);
+- the earlier short-match requests with the same head (kept per head, sorted by
+  position: only the first of a head's group is not deprioritised).
+
+So each member is registered at its match node and its probe node (any change: split,
+merge, device eviction, revival, load-back, removal) and at the key after its match (a
+new node starting with it). A registration is dropped when it fires; the request is
+then rescored at the next pass. NOTE: O(log queue) per rescored request (bisect; the
+list shifts are C memmoves), O(1) per cache change, nothing for untouched requests.
+
+Aging (the wait bound) takes requests out in arrival order as they reach ``max_wait_s``
+(a heap of positions); they form ``aged``, the front of the order, in queue order.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from heapq import heappop, heappush
+from itertools import chain
+
+from prefillkit.cache.node import Node
+from prefillkit.cache.prefix import PrefixCache
+from prefillkit.request import IN_BATCH_HEAD, IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD, Request
+from prefillkit.sched.matching import device_units, refresh_match
+from prefillkit.sched.policy import IN_BATCH_PREFIX_CHECK_THRESHOLD, order_lpm
+
+#: (score, arrival_time, seq): the sort key of a member.
+LpmKey = tuple[int, float, int]
+#: (arrival_time, seq): a request's queue position.
+Pos = tuple[float, int]
+
+
+class LpmOrder:
+    """The waiting queue's LPM order (fallback and priority are the caller's).
+
+    Mutated only by :meth:`add`, :meth:`remove`, :meth:`reset` (the queue changed) and
+    :meth:`order` (aging and the cache's changes since the last call)."""
+
+    def __init__(self, cache: PrefixCache, aging: bool) -> None:
+        self.cache = cache
+        self.aging = aging
+        kt = cache.key_tokens
+        check = IN_BATCH_PREFIX_CHECK_THRESHOLD
+        self._check = check
+        self._probe_unit = check // kt  # NOTE: dev <= 32 tokens iff this unit is off device
+        # NOTE: order_lpm's head probe: keys[_head_unit] is the key of the unit holding
+        # token 32 (the same formula).
+        self._head_unit = -(-IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD // kt) - 1
+        self.keys: list[LpmKey] = []
+        self.reqs: list[Request] = []  # NOTE: reqs[i] is the member keyed keys[i]
+        self.aged: dict[Request, None] = {}  # in queue order
+        self._key: dict[Request, LpmKey] = {}
+        self._pos: dict[Request, Pos] = {}  # members and aged requests
+        self._matched: dict[Request, int] = {}
+        self._head: dict[Request, object] = {}  # short-match members with a head
+        self._groups: dict[object, list[Pos]] = {}
+        self._by_pos: dict[Pos, Request] = {}
+        self._reg: dict[Request, tuple[Node | None, Node | None, int | None]] = {}
+        self._at_node: dict[Node, dict[Request, None]] = {}
+        self._at_key: dict[int, dict[Request, None]] = {}
+        self._dirty: dict[Request, None] = {}
+        self._heap: list[tuple[float, int, Request]] = []
+        self._seq = 0
+        # NOTE: the cache records changes exactly while the queue is not empty.
+        cache.changed_nodes = None
+        cache.new_heads = None
+
+    # ------------------------------------------------------------------ the queue
+    def add(self, req: Request) -> None:
+        """``req`` joined the queue at its end (its arrival is the latest)."""
+        if not self._pos:
+            self._forget_changes(record=True)
+        self._seq += 1
+        pos = (req.arrival_time, self._seq)
+        self._pos[req] = pos
+        self._by_pos[pos] = req
+        if self.aging:
+            heappush(self._heap, (pos[0], pos[1], req))
+        self._rescore(req)
+
+    def remove(self, req: Request) -> None:
+        """``req`` left the queue (admitted or aborted)."""
+        pos = self._pos.pop(req, None)
+        if pos is None:
+            return
+        del self._by_pos[pos]
+        if req in self.aged:
+            del self.aged[req]
+        else:
+            self._leave(req, pos)
+        if not self._pos:  # NOTE: nothing is registered: the cache's changes concern none
+            self._forget_changes(record=False)
+
+    def reset(self, queue: Iterable[Request]) -> None:
+        """Rebuild from ``queue`` (in queue order): after an out-of-order requeue."""
+        cache = self.cache
+        self.__init__(cache, self.aging)  # type: ignore[misc]
+        for req in queue:
+            self.add(req)
+
+    # ------------------------------------------------------------------ the order
+    def order(self, cutoff: float | None) -> Iterator[Request]:
+        """The order: the requests that arrived at or before ``cutoff`` (None: no wait
+        bound) in queue order, then the rest by LPM key. Valid until the queue or the
+        cache next changes."""
+        if cutoff is not None:
+            self._age(cutoff)
+        self._drain()
+        if self.aged:
+            return chain(self.aged, self.reqs)
+        return iter(self.reqs)
+
+    def _forget_changes(self, record: bool) -> None:
+        """Drop what the cache recorded (nobody is registered), and record from now on
+        (``record``) or not: the cache records nothing while the queue is empty."""
+        cache = self.cache
+        cache.changed_nodes = [] if record else None
+        cache.new_heads = [] if record else None
+
+    def _age(self, cutoff: float) -> None:
+        heap = self._heap
+        pos_of = self._pos
+        while heap and heap[0][0] <= cutoff:
+            arrival, seq, req = heappop(heap)
+            if pos_of.get(req) == (arrival, seq) and req not in self.aged:
+                self._leave(req, (arrival, seq))
+                self.aged[req] = None
+
+    def _drain(self) -> None:
+        cache = self.cache
+        dirty = self._dirty
+        nodes = cache.changed_nodes
+        if nodes:
+            at_node = self._at_node
+            for node in nodes:
+                reqs = at_node.pop(node, None)
+                if reqs:
+                    dirty.update(reqs)
+            nodes.clear()
+        heads = cache.new_heads
+        if heads:
+            at_key = self._at_key
+            for key in heads:
+                reqs = at_key.pop(key, None)
+                if reqs:
+                    dirty.update(reqs)
+            heads.clear()
+        if dirty:
+            members = self._key
+            for req in dirty:
+                if req in members:
+                    self._rescore(req)
+            dirty.clear()
+
+    # ------------------------------------------------------------------ one member
+    def _leave(self, req: Request, pos: Pos) -> None:
+        """Take member ``req`` out of the sorted list, its head group and registrations."""
+        self._unregister(req)
+        self._dirty.pop(req, None)
+        self._matched.pop(req, None)
+        key = self._key.pop(req)
+        i = bisect_left(self.keys, key)
+        del self.keys[i]
+        del self.reqs[i]
+        self._leave_group(req, pos)
+
+    def _rescore(self, req: Request) -> None:
+        """Recompute ``req``'s match, registrations, head group and key."""
+        cache = self.cache
+        kt = cache.key_tokens
+        c = refresh_match(cache, req)
+        matched = c * kt
+        node = req.match_node
+        probe: Node | None = None
+        short = True
+        if matched > self._check:
+            if node is not None and not node.on_device:
+                probe = cache.index[req.keys[self._probe_unit]]
+                short = device_units(cache, req, c) * kt <= self._check
+            else:
+                short = False
+        self._unregister(req)
+        want = req.keys[c] if c < req.max_match_units else None
+        reg = (None if node is cache.root else node, probe, want)
+        self._register(req, reg)
+        self._matched[req] = matched
+        pos = self._pos[req]
+        head: object = None
+        if short:
+            head = req.extra.get(IN_BATCH_HEAD) if req.extra else None
+            if head is None and len(keys := req.keys) > self._head_unit:
+                head = keys[self._head_unit]
+        if self._head.get(req) != head:
+            self._leave_group(req, pos)
+            if head is not None:
+                self._join_group(req, head, pos)
+        first = head is None or self._groups[head][0] == pos
+        self._set_key(req, (-matched if first else 1, pos[0], pos[1]))
+
+    def _register(self, req: Request, reg: tuple[Node | None, Node | None, int | None]) -> None:
+        self._reg[req] = reg
+        node, probe, want = reg
+        at_node = self._at_node
+        if node is not None:
+            at_node.setdefault(node, {})[req] = None
+        if probe is not None and probe is not node:
+            at_node.setdefault(probe, {})[req] = None
+        if want is not None:
+            self._at_key.setdefault(want, {})[req] = None
+
+    def _unregister(self, req: Request) -> None:
+        reg = self._reg.pop(req, None)
+        if reg is None:
+            return
+        node, probe, want = reg
+        for n in (node, probe):
+            if n is not None:
+                waiters = self._at_node.get(n)
+                if waiters is not None:
+                    waiters.pop(req, None)
+                    if not waiters:
+                        del self._at_node[n]
+        if want is not None:
+            waiters = self._at_key.get(want)
+            if waiters is not None:
+                waiters.pop(req, None)
+                if not waiters:
+                    del self._at_key[want]
+
+    def _set_key(self, req: Request, key: LpmKey) -> None:
+        keys = self.keys
+        old = self._key.get(req)
+        if old == key:
+            return
+        if old is not None:
+            i = bisect_left(keys, old)
+            del keys[i]
+            del self.reqs[i]
+        j = bisect_left(keys, key)
+        keys.insert(j, key)
+        self.reqs.insert(j, req)
+        self._key[req] = key
+
+    def _join_group(self, req: Request, head: object, pos: Pos) -> None:
+        group = self._groups.setdefault(head, [])
+        i = bisect_left(group, pos)
+        group.insert(i, pos)
+        self._head[req] = head
+        if i == 0 and len(group) > 1:  # the former first is deprioritised now
+            other = self._by_pos[group[1]]
+            p = group[1]
+            self._set_key(other, (1, p[0], p[1]))
+
+    def _leave_group(self, req: Request, pos: Pos) -> None:
+        head = self._head.pop(req, None)
+        if head is None:
+            return
+        group = self._groups[head]
+        i = bisect_left(group, pos)
+        del group[i]
+        if not group:
+            del self._groups[head]
+        elif i == 0:  # the next one leads its group now
+            p = group[0]
+            other = self._by_pos[p]
+            self._set_key(other, (-self._matched[other], p[0], p[1]))
+
+    # ------------------------------------------------------------------ checks
+    def check(self, queue: list[Request]) -> None:
+        """Raise AssertionError unless the state is that of ``queue`` (in queue order)
+        and the members' order is a from-scratch :func:`order_lpm` of them."""
+        aged = list(self.aged)
+        if queue[: len(aged)] != aged:
+            raise AssertionError("lpm order: the aged requests are not the queue's front")
+        rest = queue[len(aged) :]
+        if set(rest) != set(self._key) or len(rest) != len(self._key):
+            raise AssertionError("lpm order: members differ from the queue's unaged part")
+        self._drain()
+        expect = order_lpm(rest, self.cache)
+        if expect != self.reqs:
+            pairs = enumerate(zip(expect, self.reqs, strict=True))
+            first = next(i for i, (a, b) in pairs if a is not b)
+            raise AssertionError(
+                f"lpm order: position {first} holds {self.reqs[first].rid}, "
+                f"a full re-sort puts {expect[first].rid} there"
+            )
