@@ -110,8 +110,10 @@ def make_config(page_size: int, scenario: str, policy: str) -> SchedulerConfig:
     )
 
 
-def build_state(w: Workload, cfg: SchedulerConfig) -> Scheduler:
-    """Fresh scheduler: cached contexts, 64 decoding requests, N waiting (untimed)."""
+def build_state(w: Workload, cfg: SchedulerConfig) -> tuple[Scheduler, float]:
+    """Fresh scheduler: cached contexts, 64 decoding requests, N waiting (untimed); and
+    the seconds the N arrivals took (``add_request``: the first match, and under lpm the
+    kept order's insertion, sched/lpm_order.py)."""
     for r in (*w.context_reqs, *w.running, *w.waiting):
         r.reset_for_requeue()
         r.locked_node = None
@@ -132,20 +134,24 @@ def build_state(w: Workload, cfg: SchedulerConfig) -> Scheduler:
         assert batch is not None
         for r in sched.prefill_done(batch, 0.0):
             sched.start_decode(r)
+    t0 = time.perf_counter()
     for r in w.waiting:  # arrival processing: queue + first match (outside the timer)
         assert sched.add_request(r) is None
-    return sched
+    return sched, time.perf_counter() - t0
 
 
 class OrderTimer:
-    """Wraps the scheduler's ``order_waiting`` to time the ordering done inside the pass."""
+    """Wraps the scheduler's ``order_waiting`` (or, under lpm, the kept order's
+    ``LpmOrder.order``: aging and the rescoring of what changed; its iterator is lazy)
+    to time the ordering done inside the pass."""
 
-    def __init__(self) -> None:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
         self.last_s = 0.0
 
     def __call__(self, *args: Any, **kw: Any) -> Any:
         t0 = time.perf_counter()
-        out = order_waiting(*args, **kw)
+        out = self.inner(*args, **kw)
         self.last_s = time.perf_counter() - t0
         return out
 
@@ -154,25 +160,36 @@ def bench_one(w: Workload, cfg: SchedulerConfig, repeats: int) -> dict[str, obje
     pass_s: list[float] = []
     order_s: list[float] = []
     warm_order_s: list[float] = []
+    add_s: list[float] = []
     admitted = 0
     closed = ""
-    timer = OrderTimer()
     for _ in range(repeats):
-        sched = build_state(w, cfg)
+        sched, added = build_state(w, cfg)
+        add_s.append(added)
+        kept = sched._lpm
         gc.collect()
         gc.disable()
-        with patch.object(scheduler_mod, "order_waiting", timer):
+        if kept is not None:
+            timer = OrderTimer(kept.order)
+            target: Any = patch.object(kept, "order", timer)
+        else:
+            timer = OrderTimer(order_waiting)
+            target = patch.object(scheduler_mod, "order_waiting", timer)
+        with target:
             t0 = time.perf_counter()
             batch = sched.get_new_batch_prefill(1.0)
             t1 = time.perf_counter()
         # Steady state: the next pass re-orders with the hints this pass left.
         t2 = time.perf_counter()
-        order_waiting(
-            sched.waiting,
-            cfg.schedule_policy,
-            sched.cache,
-            lpm_fallback_queue_len=cfg.lpm_fallback_queue_len,
-        )
+        if kept is not None:
+            kept.order(None)  # the kept order rescores what the pass changed
+        else:
+            order_waiting(
+                sched.waiting,
+                cfg.schedule_policy,
+                sched.cache,
+                lpm_fallback_queue_len=cfg.lpm_fallback_queue_len,
+            )
         t3 = time.perf_counter()
         gc.enable()
         pass_s.append(t1 - t0)
@@ -190,6 +207,7 @@ def bench_one(w: Workload, cfg: SchedulerConfig, repeats: int) -> dict[str, obje
         "us_per_admitted": (p - o) * 1e6 / max(admitted, 1),
         "us_per_waiting_ordered": o * 1e6 / n,
         "us_per_waiting_ordered_warm": statistics.median(warm_order_s) * 1e6 / n,
+        "us_per_arrival": statistics.median(add_s) * 1e6 / n,
         "admitted": admitted,
         "closed_by": closed,
     }
@@ -213,6 +231,7 @@ def bench_group(group: tuple[int, int, int]) -> list[list[str]]:
                     f"{r['us_per_admitted']:.1f}",
                     f"{r['us_per_waiting_ordered']:.2f}",
                     f"{r['us_per_waiting_ordered_warm']:.2f}",
+                    f"{r['us_per_arrival']:.1f}",
                     str(r["admitted"]),
                     str(r["closed_by"]),
                 ]
@@ -251,6 +270,7 @@ def main() -> None:
         "us/admitted",
         "us/waiting ordered",
         "(next pass)",
+        "us/arrival",
         "admitted",
         "stopped by",
     ):

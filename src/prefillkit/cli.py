@@ -841,8 +841,6 @@ partial and exits with status 130.
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no notes on stderr.")
 @click.pass_context
 def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
-    from prefillkit.app.compare import write_dir_report
-
     try:
         resolved = build_config(params["config_path"], ctx.args, preset=params["preset"])
     except ConfigError as exc:
@@ -978,6 +976,8 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     else:
         print_summary_table(doc, wall_time_s=wall)
     if params["write_html"] and out is not None:
+        from prefillkit.app.compare import write_dir_report  # NOTE: only with --report
+
         report = write_dir_report(out)
         if not quiet:
             echo_err(f"wrote {report}")
@@ -1246,6 +1246,8 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
         console.print(comparison_table(doc))
         console.print(headline_table(doc))
     if params["write_html"] and out is not None:
+        from prefillkit.app.compare import write_dir_report  # NOTE: only with --report
+
         report = write_dir_report(out)
         if not quiet:
             echo_err(f"wrote {report}")
