@@ -122,10 +122,12 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
     (matching splits the node there), which is the parent of the rest of the node: so a
     node's requests are emitted deepest match first, then in queue order.
 
-    Cost independent of the tree's depth: only the *virtual tree* of the request nodes
-    and their branch points is built (:func:`_virtual_tree`), with O(log depth) key
-    comparisons per pair of nodes, never a walk to the root: O(N log N log depth) for
-    N distinct request nodes, O(queue) when they are all one node.
+    Cost independent of the tree's depth: the union of the request nodes' root paths is
+    walked only while it stays within ``4 N + 32`` nodes (:func:`_real_tree`, for N
+    distinct request nodes; shallow trees, the usual case); beyond that only the
+    *virtual tree* of the request nodes and their branch points is built
+    (:func:`_virtual_tree`), with O(log depth) key comparisons per pair of nodes, never
+    a walk to the root: O(N log N log depth), O(queue) when they are all one node.
     """
     root = cache.root
     by_node: dict[Node, list[tuple[int, Request]]] = {}
@@ -149,7 +151,8 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
         if len(reqs) > 1:
             reqs.sort(key=lambda t: -t[0])
         return [r for _, r in reqs]
-    kids, seq = _virtual_tree(by_node, rep, cache)
+    tree = _real_tree(by_node, root, 4 * len(by_node) + 32)
+    kids, seq = tree if tree is not None else _virtual_tree(by_node, rep, cache)
     weight: dict[Node, int] = {}
     post: list[Node] = []
     todo = [root]
@@ -185,6 +188,37 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
                 children.sort(key=lambda c: (-weight[c], seq[c]))
                 stack.extend([(c, False) for c in reversed(children)])
     return out
+
+
+def _real_tree(
+    by_node: dict[Node, list[tuple[int, Request]]], root: Node, budget: int
+) -> tuple[dict[Node, list[Node]], dict[Node, int]] | None:
+    """The union of the request nodes' root paths as a tree (``kids`` and ``seq`` as
+    :func:`_virtual_tree` gives them), or None when it has more than ``budget`` nodes.
+
+    For a shallow tree (the usual case: a system prompt, a document, a suffix) walking
+    the parents is cheaper than the virtual tree's key-chain binary searches; a deep
+    chain stops the walk after ``budget`` steps. Same order: the nodes the virtual tree
+    leaves out hold no request and have one child on these paths, so they neither emit
+    nor reorder anything, and a child's place among its siblings is its own ``seq``.
+    """
+    kids: dict[Node, list[Node]] = {}
+    seq: dict[Node, int] = {}
+    for node in by_node:
+        n = node
+        while n is not root and n not in seq:
+            seq[n] = n.seq
+            parent = n.parent
+            assert parent is not None  # NOTE: a node in the tree has one up to the root
+            lst = kids.get(parent)
+            if lst is None:
+                kids[parent] = [n]
+            else:
+                lst.append(n)
+            n = parent
+        if len(seq) > budget:
+            return None
+    return kids, seq
 
 
 def _virtual_tree(
