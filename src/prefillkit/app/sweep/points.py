@@ -29,16 +29,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from prefillkit import __version__
 from prefillkit.app.compare import setting_text
 from prefillkit.app.launch import build_config
 from prefillkit.app.replay import (
     WorkloadSpec,
-    load_requests,
     make_replay_options,
+    open_workload,
     run_replay,
 )
 from prefillkit.app.settings import Config, describe, field_flag
+from prefillkit.sim.engine import Engine
 from prefillkit.text import one_line
 from prefillkit.workloads.generators import merge_agentic_args
 from prefillkit.workloads.options import WorkloadTable
@@ -208,20 +211,30 @@ def run_point(point: Mapping[str, Any], hooks: Mapping[str, str] | None = None) 
     try:
         cfg = config_for(spec.settings, spec.seed)
         wspec = workload_spec(spec.workload, where=f"workload {spec.workload.get('name')!r}")
-        workload = load_requests(wspec, page_size=cfg.resolved_page_size, seed=cfg.seed)
+        # NOTE: streamed, as `prefillkit replay` runs: a point's memory is its live
+        # requests plus the kept columns, whatever the trace's length.
+        stream = open_workload(wspec, page_size=cfg.resolved_page_size, seed=cfg.seed)
+        engines: list[Engine] = []
         result = run_replay(
-            cfg.sim_settings(), workload.requests, progress=False, handle_sigint=False
+            cfg.sim_settings(),
+            stream.requests,
+            progress=False,
+            handle_sigint=False,
+            on_start=engines.append,
         )
+        info = stream.finish_info(int(result.summary["requests"]))
     except (ValueError, OSError, MemoryError) as exc:
         return ("error", one_line(str(exc) or type(exc).__name__), time.perf_counter() - t0)
     except Exception as exc:  # a bug: still one line, the point is recorded as failed
         return ("error", one_line(f"{type(exc).__name__}: {exc}"), time.perf_counter() - t0)
-    ttft = [
-        r.first_token_time - r.arrival_time
-        for r in result.requests
-        if r.first_token_time is not None
-    ]
-    row = point_row(spec, cfg, workload.info, result.summary, ttft, bool(result.partial))
+    collector = engines[0].collector
+    assert collector is not None  # NOTE: a streaming run always has one
+    cols = collector.columns()
+    done = np.isfinite(cols["first_token"])
+    # TTFT per completed request in arrival order (the same floats as
+    # first_token_time - arrival_time of each request)
+    ttft = (cols["first_token"][done] - cols["arrival"][done]).tolist()
+    row = point_row(spec, cfg, info, result.summary, ttft, bool(result.partial))
     return ("ok", row, time.perf_counter() - t0)
 
 
