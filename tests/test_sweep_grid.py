@@ -156,3 +156,19 @@ def test_trace_ids_do_not_depend_on_the_working_folder(
     assert [p.id for p in load_grid("sub/g.toml").points()] == by_abs
     monkeypatch.chdir(tmp_path / "sub")
     assert [p.id for p in load_grid("g.toml").points()] == by_abs
+
+
+def test_bundled_trace_by_name_runs_as_replay_does(tmp_path: Path) -> None:
+    """``trace = "mooncake-slice"`` names the bundled trace (as ``replay --trace``), kept
+    by name so the point id does not depend on where the package is installed."""
+    from prefillkit.app.sweep.points import run_point
+
+    path = write(
+        tmp_path / "g.toml",
+        '[[workload]]\nname = "s"\ntrace = "mooncake-slice"\nmax_requests = 20\n',
+    )
+    (point,) = load_grid(path).points()
+    assert point.workload["trace"] == "mooncake-slice"
+    status, row, _ = run_point(point.to_dict())
+    assert status == "ok", row
+    assert row["completed"] == 20

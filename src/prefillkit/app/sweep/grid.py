@@ -59,6 +59,7 @@ from prefillkit.app.sweep import SweepError
 from prefillkit.app.sweep.points import REPLAY_KEYS, PointSpec, config_for, workload_spec
 from prefillkit.sim.engine import Engine
 from prefillkit.text import one_line, suggest
+from prefillkit.workloads.bundled import BUNDLED_TRACES
 
 __all__ = ["WORKLOAD_AXES", "Grid", "load_grid", "parse_grid"]
 
@@ -303,8 +304,11 @@ def _workloads(path: str, entries: object) -> tuple[dict[str, Any], ...]:
                 raise _err(path, where, f"unknown key {bad!r} for a trace workload{hint}")
             # absolute, so that the point id does not depend on the working folder
             resolved = os.path.abspath(trace if os.path.isabs(trace) else base_dir / trace)
-            if not os.path.isfile(resolved):
-                raise _err(path, f"{where} trace", f"no such file: {resolved}")
+            if not os.path.isfile(resolved) and trace in BUNDLED_TRACES:
+                resolved = trace  # NOTE: a bundled trace (mooncake-slice), kept by name
+            elif not os.path.isfile(resolved):
+                bundled = ", ".join(sorted(BUNDLED_TRACES))
+                raise _err(path, f"{where} trace", f"no such file: {resolved} (bundled: {bundled})")
             w["trace"] = resolved
             w["format"] = entry.get("format", "auto")
         else:
