@@ -1311,8 +1311,11 @@ def _lockstep(kw: dict[str, object], seed: int, *, pages: int = 160) -> tuple[in
             "enable_priority_aging": True,
             "schedule_max_wait_s": 1.0,
         },
-        # Not skippable (the skip must not fire, results equal all the same):
         {"max_running_requests": 2, "schedule_policy": "lpm"},
+        {"max_running_requests": 2, "schedule_policy": "lpm", "schedule_max_wait_s": 1.0},
+        {"max_running_requests": 2, "schedule_policy": "dfs-weight"},
+        # Not skippable (the skip must not fire, results equal all the same):
+        {"max_running_requests": 2, "schedule_policy": "random"},
         {"max_running_requests": 2, "enable_priority_scheduling": True},
     ],
 )
@@ -1321,7 +1324,7 @@ def test_skipped_slot_limit_pass_leaves_every_counter_and_decision_equal(
     kw: dict[str, object], seed: int
 ) -> None:
     skipped, _ = _lockstep(kw, seed)
-    skippable = kw.get("schedule_policy", "fcfs") in ("fcfs", "lof") and not (
+    skippable = kw.get("schedule_policy", "fcfs") != "random" and not (
         kw.get("enable_priority_scheduling") and kw.get("enable_priority_preemption", True)
     )
     if skippable:

@@ -534,8 +534,11 @@ class Scheduler:
         priority preemption ``_try_preempt`` returns None at once, so the scan breaks
         with MAX_RUNNING_REQUESTS before any match, affinity decision or admission. Its
         other work is free of effects only when the ordering is: fcfs keeps the queue
-        order, lof and priority sort a copy (lpm/dfs-weight refresh matches, random draws from its
-        generator: those still run the pass). What remains of the pass: ``passes`` and
+        order, lof and priority sort a copy, lpm's kept order drains the cache's changes
+        and ages requests (the next pass does the same with the same result: its order
+        is a function of the queue, the cache and the time), dfs-weight only refreshes
+        match hints (a cache of a function of the cache); random draws from its
+        generator, so it still runs the pass. What remains of the pass: ``passes`` and
         the empty-pass counter, ``last_pass_reason``, and ``affinity_promoted`` reduced
         to its WAITING requests (the pass takes them out and puts back those it did not
         admit)."""
@@ -544,7 +547,7 @@ class Scheduler:
         cfg = self.cfg
         if cfg.enable_priority_scheduling:
             return not cfg.enable_priority_preemption
-        return cfg.schedule_policy in ("fcfs", "lof")
+        return cfg.schedule_policy in ("fcfs", "lof", "lpm", "dfs-weight")
 
     @staticmethod
     def _observe(
