@@ -39,6 +39,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from heapq import heappop, heappush
 from itertools import chain
+from typing import Any
 
 from prefillkit.cache.node import Node
 from prefillkit.cache.prefix import PrefixCache
@@ -151,22 +152,8 @@ class LpmOrder:
     def _drain(self) -> None:
         cache = self.cache
         dirty = self._dirty
-        nodes = cache.changed_nodes
-        if nodes:
-            at_node = self._at_node
-            for node in nodes:
-                reqs = at_node.pop(node, None)
-                if reqs:
-                    dirty.update(reqs)
-            nodes.clear()
-        heads = cache.new_heads
-        if heads:
-            at_key = self._at_key
-            for key in heads:
-                reqs = at_key.pop(key, None)
-                if reqs:
-                    dirty.update(reqs)
-            heads.clear()
+        _fire(cache.changed_nodes, self._at_node, dirty)
+        _fire(cache.new_heads, self._at_key, dirty)
         if dirty:
             members = self._key
             for req in dirty:
@@ -235,19 +222,12 @@ class LpmOrder:
         if reg is None:
             return
         node, probe, want = reg
-        for n in (node, probe):
-            if n is not None:
-                waiters = self._at_node.get(n)
-                if waiters is not None:
-                    waiters.pop(req, None)
-                    if not waiters:
-                        del self._at_node[n]
+        if node is not None:
+            _drop(self._at_node, node, req)
+        if probe is not None:
+            _drop(self._at_node, probe, req)
         if want is not None:
-            waiters = self._at_key.get(want)
-            if waiters is not None:
-                waiters.pop(req, None)
-                if not waiters:
-                    del self._at_key[want]
+            _drop(self._at_key, want, req)
 
     def _set_key(self, req: Request, key: LpmKey) -> None:
         keys = self.keys
@@ -306,3 +286,25 @@ class LpmOrder:
                 f"lpm order: position {first} holds {self.reqs[first].rid}, "
                 f"a full re-sort puts {expect[first].rid} there"
             )
+
+
+def _fire(
+    changed: list[Any] | None, at: dict[Any, dict[Request, None]], dirty: dict[Request, None]
+) -> None:
+    """Mark dirty every request registered at one of ``changed`` (those registrations
+    are used up) and empty ``changed``."""
+    if changed:
+        for what in changed:
+            reqs = at.pop(what, None)
+            if reqs:
+                dirty.update(reqs)
+        changed.clear()
+
+
+def _drop(at: dict[Any, dict[Request, None]], what: object, req: Request) -> None:
+    """Take ``req``'s registration at ``what`` out of ``at`` (gone already: nothing)."""
+    waiters = at.get(what)
+    if waiters is not None:
+        waiters.pop(req, None)
+        if not waiters:
+            del at[what]
