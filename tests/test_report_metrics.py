@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
 import pytest
 
 from prefillkit.app.settings import Config
@@ -223,6 +226,124 @@ def test_trace_events_colocated_decode_track() -> None:
     assert any(e["name"] == "decode" for e in xs)
 
 
+def _colocated_requests(rejected: bool = False) -> list[Request]:
+    """Eight colocated requests with long outputs (a 2,000-token pool retracts one);
+    ``rejected``: a ninth whose prompt and output can never fit, at 0.12 s."""
+    reqs = [
+        Request.from_tokens(f"r{i}", list(range(i * 1000, i * 1000 + 300 + 37 * i)),
+                            page_size=1, arrival_time=i * 0.05, max_new_tokens=400)
+        for i in range(8)
+    ]  # fmt: skip
+    if rejected:
+        big = Request.from_tokens("big", list(range(90_000, 91_800)), page_size=1,
+                                  arrival_time=0.12, max_new_tokens=400)  # fmt: skip
+        reqs.insert(3, big)
+    return reqs
+
+
+def _streamed_and_listed(
+    cfg: Config, make: Callable[[], list[Request]], tmp_path: Path, stop_after: int = 0
+) -> tuple[dict, dict]:
+    """The trace-event documents of one run kept as a list (``trace_events``) and of the
+    same run streamed (``StreamingTraceWriter``, read back from its file); with
+    ``stop_after``, both runs stop after that many loop steps (a partial run)."""
+    import json
+
+    from prefillkit.sim.trace_events import StreamingTraceWriter, trace_events
+
+    def engine(reqs: list[Request] | Iterator[Request]) -> Engine:
+        e = Engine(cfg.sim_settings(), reqs)
+        steps = [0]
+
+        def stop(done: int, total: int) -> None:
+            steps[0] += 1
+            if steps[0] == stop_after:
+                e.stop_requested = True
+
+        e.on_progress = stop
+        return e
+
+    listed = engine(make()).run()
+    streaming = engine(iter(make()))
+    path = tmp_path / "streamed.json"
+    writer = StreamingTraceWriter(path)
+    assert streaming.collector is not None
+    streaming.collector.timeline = writer
+    res = streaming.run()
+    assert res.partial == listed.partial == bool(stop_after)
+    writer.commit(partial=res.partial, decode_steps=res.extra["decode_steps"])
+    assert [p.name for p in tmp_path.iterdir()] == ["streamed.json"]  # no temporary left
+    with open(path) as fh:
+        streamed = json.load(fh)
+    return json.loads(json.dumps(trace_events(listed))), streamed
+
+
+def _assert_same_events(listed: dict, streamed: dict) -> list[dict]:
+    import json
+    from collections import Counter
+
+    def bag(doc: dict) -> Counter[str]:
+        return Counter(json.dumps(ev, sort_keys=True) for ev in doc["traceEvents"])
+
+    assert list(streamed) == list(listed) == ["traceEvents", "displayTimeUnit", "otherData"]
+    assert streamed["otherData"] == listed["otherData"]
+    assert streamed["displayTimeUnit"] == "ms"
+    assert bag(streamed) == bag(listed)
+    return _check_trace_events(streamed)
+
+
+def test_streamed_trace_events_are_the_list_runs(tmp_path: Path) -> None:
+    from prefillkit.app.replay import WorkloadSpec, load_requests
+    from prefillkit.workloads.replay import ReplayOptions
+
+    chunked = Config(max_total_tokens=100_000, tp_size=8, chunked_prefill_size=400, page_size=1)
+    shared = list(range(1000))
+
+    def pd_requests() -> list[Request]:  # chunked, and one rejected (never fits the pool)
+        return [
+            tok_req("r1", shared + list(range(10_000, 10_200)), 0.0),
+            tok_req("huge", list(range(200_000, 310_000)), 10.0),
+            tok_req("r2", shared + list(range(20_000, 20_900)), 10.0),
+            tok_req("r3", shared + list(range(30_000, 30_100)), 10.0),
+        ]
+
+    tight = Config(max_total_tokens=2000, tp_size=1, page_size=1, mode="colocated",
+                   model="llama-3.1-8b")  # fmt: skip
+    runs: list[tuple[str, Config, Callable[[], list[Request]], int]] = [
+        ("pd-chunked-rejected", chunked, pd_requests, 0),
+        ("colocated-retraction", tight, _colocated_requests, 0),
+        ("colocated-rejected", tight, lambda: _colocated_requests(rejected=True), 0),
+        ("colocated-partial", tight, lambda: _colocated_requests(rejected=True), 40),
+        ("pd-partial", chunked, pd_requests, 3),
+    ]
+    for name, cfg, make, stop_after in runs:
+        folder = tmp_path / name
+        folder.mkdir()
+        listed, streamed = _streamed_and_listed(cfg, make, folder, stop_after)
+        xs = _assert_same_events(listed, streamed)
+        names = {e["name"].split(" ")[0] for e in xs}
+        if name.startswith("pd-chunked"):
+            assert {"chunk", "prefill", "queued"} <= names and "huge" not in str(xs)
+        if name == "colocated-retraction":
+            assert {"decode", "re-prefill"} <= names
+        if name.endswith("partial"):
+            assert streamed["otherData"]["partial"]
+            waiting = [e for e in xs if e["name"] == "queued" and "ttft_s" not in e["args"]]
+            assert waiting  # requests waiting (or not yet arrived) at the stop
+    # A generated workload, with a session's turns sharing prefixes (the demo's LPM).
+    lpm = Config(tp_size=1, mode="colocated", max_total_tokens=60_000, schedule_policy="lpm",
+                 model="llama-3.1-8b")  # fmt: skip
+    folder = tmp_path / "agentic"
+    folder.mkdir()
+
+    def agentic() -> list[Request]:
+        spec = WorkloadSpec(generator="agentic", generator_args={"num_sessions": 12},
+                            replay=ReplayOptions(time_scale=0.5))  # fmt: skip
+        return load_requests(spec, page_size=lpm.resolved_page_size, seed=lpm.seed).requests
+
+    _assert_same_events(*_streamed_and_listed(lpm, agentic, folder))
+
+
 # ---------------------------------------------------------------- labels, panel, pages
 
 
@@ -329,6 +450,39 @@ def test_replay_cli_percentiles_slo_and_trace_events(tmp_path) -> None:
         run_cli("replay", "--quiet", "--percentiles", "50,200"), "--percentiles", "200"
     )
     assert_one_line_error(run_cli("replay", "--quiet", "--slo-ttft", "soon"), "--slo-ttft")
+
+
+def test_replay_cli_trace_events_errors_leave_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --trace-events file that cannot be written is one line and exit 2, before the
+    run (a missing folder, a folder) or when a write fails mid-run; nothing is left."""
+    import errno
+
+    from prefillkit.cli import run
+    from prefillkit.sim import trace_events
+    from test_cli import assert_one_line_error, run_cli
+
+    (tmp_path / "dir").mkdir()
+    for target, reason in ((tmp_path / "missing" / "t.json", "No such file"),
+                           (tmp_path / "dir", "is a folder")):  # fmt: skip
+        proc = run_cli("replay", "-q", "--agentic-sessions", "2", "--trace-events", target)
+        assert_one_line_error(proc, f"--trace-events {target}: {reason}")
+    assert [p.name for p in tmp_path.iterdir()] == ["dir"] and not any((tmp_path / "dir").iterdir())
+
+    def full(value: object) -> object:
+        if isinstance(value, dict) and str(value.get("name")).startswith("prefill bs"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return value
+
+    monkeypatch.setattr(trace_events, "json_ready", full)
+    target, out = tmp_path / "t.json", tmp_path / "out"
+    argv = ["replay", "-q", "--agentic-sessions", "2", "--trace-events", str(target)]
+    assert run([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"prefillkit: error: --trace-events {target}: No space left on device\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "out"]
+    assert not any(out.iterdir())
 
 
 def test_compare_cli_slo_reaches_every_variant(tmp_path) -> None:

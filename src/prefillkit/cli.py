@@ -88,7 +88,7 @@ from prefillkit.sim.output import (
 )
 from prefillkit.sim.slo import parse_duration_s, parse_percentiles, pct_key, pct_label
 from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s
-from prefillkit.sim.trace_events import write_trace_events
+from prefillkit.sim.trace_events import StreamingTraceWriter, write_trace_events
 from prefillkit.text import one_line
 from prefillkit.workloads.bundled import BUNDLED_TRACES, resolve_trace
 from prefillkit.workloads.errors import WorkloadError
@@ -868,10 +868,10 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     percentiles, slo_ttft_s = _latency_options(params)
     trace_events: str | None = params["trace_events"]
     # Streaming: requests are read (or generated) as they arrive and dropped once done;
-    # the CSVs are written as the run goes (see prefillkit.sim.collect). --trace-events
-    # needs every request and batch at the end, and a measured executor the request list
-    # up front, so those keep the whole run in memory.
-    streaming = trace_events is None and run_flags.executor == "sim"
+    # the CSVs and the --trace-events file are written as the run goes (see
+    # prefillkit.sim.collect). A measured executor needs the request list up front, so it
+    # keeps the whole run in memory.
+    streaming = run_flags.executor == "sim"
     window_s: float = params["window_s"]
     if streaming:
         stream = open_workload(spec, page_size=cfg.resolved_page_size, seed=cfg.seed)
@@ -895,6 +895,7 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             raise InputError(f"--window-s: {exc}") from None
 
     writer: StreamingRunWriter | None = None
+    timeline: StreamingTraceWriter | None = None
 
     def announce(engine: Engine) -> None:
         nonlocal writer
@@ -902,6 +903,8 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
         if percentiles is not None:
             engine.percentiles = percentiles
         engine.slo_ttft_s = slo_ttft_s
+        if engine.collector is not None:
+            engine.collector.timeline = timeline
         if out is not None and engine.collector is not None:
             writer = StreamingRunWriter(out, engine.trace.keys)
             engine.collector.sink = writer
@@ -923,6 +926,11 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
 
     forwards = None
     try:
+        if streaming and trace_events is not None:
+            try:
+                timeline = StreamingTraceWriter(trace_events)
+            except OSError as exc:
+                raise InputError(f"--trace-events {trace_events}: {_os_reason(exc)}") from None
         try:
             result = run_replay(
                 cfg.sim_settings(),
@@ -937,6 +945,8 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             # setting at fault comes from it.
             raise type(exc)(resolved.blame(str(exc))) from None
         except OSError as exc:
+            if timeline is not None and timeline.error is exc:
+                raise InputError(f"--trace-events {trace_events}: {_os_reason(exc)}") from None
             if out is None or not streaming:
                 raise
             raise InputError(f"--out {out}: cannot write results: {_os_reason(exc)}") from None
@@ -948,7 +958,11 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
         doc.update(run_keys(run_flags))  # measured forwards or a preset (else no key)
         if trace_events is not None:
             try:
-                write_trace_events(result, trace_events)
+                if timeline is not None:
+                    steps = result.extra.get("decode_steps") or ()
+                    timeline.commit(partial=result.partial, decode_steps=steps)
+                else:
+                    write_trace_events(result, trace_events)
             except OSError as exc:
                 raise InputError(f"--trace-events {trace_events}: {_os_reason(exc)}") from None
             if not quiet:
@@ -965,6 +979,8 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     finally:
         if writer is not None:
             writer.discard()
+        if timeline is not None:
+            timeline.discard()
     if streaming and skipped:
         _echo_skipped(spec.trace, skipped)
     wall = result.summary.get("wall_time_s")

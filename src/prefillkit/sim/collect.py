@@ -11,7 +11,11 @@ non-streaming run writes them: batches as they start, requests in arrival order 
 finished request's row waits until every earlier arrival's row is written, so the
 reorder buffer holds the rows of requests that finished while an earlier one was still
 live). A live request's batch ids and its first-admission hit (its cache class) are
-kept only while it is live.
+kept only while it is live. A :class:`TimelineSink` (``timeline``; e.g.
+:class:`prefillkit.sim.trace_events.StreamingTraceWriter`) gets each batch as it
+starts, each request with its place in arrival order and its cache class once done
+(still-live ones at :meth:`RunCollector.close`, then the run's end, then those that
+never arrived).
 
 :func:`summary_from_columns` gives exactly :func:`prefillkit.sim.metrics.summarize`'s
 numbers (same reductions, same order of values); ``tests/test_streaming.py`` checks the
@@ -38,7 +42,7 @@ if TYPE_CHECKING:
 else:
     np = lazy_module("numpy")
 
-__all__ = ["RowSink", "RunCollector", "summary_from_columns"]
+__all__ = ["RowSink", "RunCollector", "TimelineSink", "summary_from_columns"]
 
 NAN = math.nan
 
@@ -55,6 +59,19 @@ class RowSink(Protocol):
     def batch_row(self, row: dict[str, Any]) -> None: ...
 
 
+class TimelineSink(Protocol):
+    """Where a streaming run's timeline goes (``--trace-events``)."""
+
+    def batch(self, reqs: Sequence[Request], record: BatchRecord) -> None:
+        """A batch started, running ``reqs``."""
+
+    def request(self, seq: int, req: Request, cache_class: str | None) -> None:
+        """``req`` (``seq``: its place in arrival order, from 0) is done, or the run is."""
+
+    def run_ended(self, sim_end_s: float) -> None:
+        """Every arrived request was given; ``sim_end_s``: the engine's clock at the end."""
+
+
 class RunCollector:
     """Per-request columns in arrival order, and the rows of a streaming run."""
 
@@ -67,6 +84,7 @@ class RunCollector:
         self.terms = tuple(k for k in breakdown_keys if k != "total")
         self.warm_floor = warm_floor_tokens
         self.sink = sink
+        self.timeline: TimelineSink | None = None
         # ---- columns, index = arrival order
         self.arrival = array("d")
         self.first_token = array("d")  # NaN: none
@@ -128,6 +146,8 @@ class RunCollector:
                 lst.append(b)
             if req not in first_hit:
                 first_hit[req] = req.device_hit_tokens + req.host_hit_tokens
+        if self.timeline is not None:
+            self.timeline.batch(reqs, record)
         if self.sink is not None:
             row = dict(zip(_BATCH_FIELDS, _batch_values(record), strict=True))
             row["rids"] = " ".join(r.rid for r in reqs)
@@ -142,9 +162,10 @@ class RunCollector:
         self._pending[seq] = self._fill(seq, req, keep_row=True)
         self._flush()
 
-    def close(self, partial: bool) -> None:
-        """End of the run: the requests still live (unfinished; of a partial run, only
-        those scheduled at least once) get their columns and rows, in arrival order."""
+    def close(self, partial: bool, sim_end_s: float) -> None:
+        """End of the run (at ``sim_end_s``): the requests still live (unfinished; of a
+        partial run, only those scheduled at least once) get their columns and rows, in
+        arrival order."""
         for seq in sorted(self._live):
             req = self._live.pop(seq)
             del self._seq[req]
@@ -154,6 +175,8 @@ class RunCollector:
                 or req.status is ReqStatus.REJECTED
             )
             self._pending[seq] = self._fill(seq, req, keep_row=keep)
+        if self.timeline is not None:
+            self.timeline.run_ended(sim_end_s)
         self._flush()
 
     def drain(self, arrivals: Any) -> None:
@@ -184,6 +207,8 @@ class RunCollector:
         if klass is not None:
             self.klass[seq] = CLASS_CODES[klass]
         ids = self._batch_ids.pop(req, ())
+        if self.timeline is not None:
+            self.timeline.request(seq, req, klass)
         if not keep_row or self.sink is None:
             return None
         return request_row(req, ids, klass)

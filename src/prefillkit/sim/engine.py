@@ -310,7 +310,7 @@ class Engine:
         counters["stuck"] = 0 if partial else self.sched.num_pending()
         collector = self.collector
         if collector is not None:
-            collector.close(partial)
+            collector.close(partial, self.now)
             if nxt is not None:  # a stopped run: the rest still counts in the summary
                 collector.drain(itertools.chain((nxt,), arrivals))
             summary = collector.summary(

@@ -89,6 +89,7 @@ __all__ = [
     "json_ready",
     "remove_stale_temporaries",
     "summary_document",
+    "temp_path",
     "write_file_set",
     "write_run",
 ]
@@ -174,14 +175,15 @@ def _csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def _temp_path(target: Path, suffix: str = "tmp") -> Path:
+def temp_path(target: Path, suffix: str = "tmp") -> Path:
+    """A fresh temporary name beside ``target``: ``.NAME.<pid>.<hex>.<suffix>``."""
     return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.{suffix}")
 
 
 def _write_temp(target: Path, text: str) -> Path:
     """``text`` (UTF-8) in a fresh, fsynced temporary file beside ``target``; its path."""
     # A fresh name opened with "x" (not mkstemp) so the file gets the umask's permissions.
-    tmp = _temp_path(target)
+    tmp = temp_path(target)
     try:
         with open(tmp, "x", encoding="utf-8", newline="") as fh:
             fh.write(text)
@@ -353,7 +355,7 @@ class StreamingRunWriter:
             for name in (REQUESTS_FILE, BATCHES_FILE):
                 # ".part": rows of a run in progress; the set's commit (the ".tmp" summary,
                 # then the renames) is the same short window as write_run's.
-                self._files[name] = _HashedFile(_temp_path(self.folder / name, "part"))
+                self._files[name] = _HashedFile(temp_path(self.folder / name, "part"))
         except BaseException:
             self.discard()
             raise
