@@ -101,6 +101,14 @@ CASES: list[dict[str, Any]] = [
         "chunked_prefill_size": 256,
     },
     {"page_size": 16, "max_total_tokens": 8192, "enable_affinity": True, "affinity_max_age_s": 0.1},
+    {  # requeued requests older than the aging cutoff: the kept order is rebuilt
+        "page_size": 1,
+        "max_total_tokens": 4000,
+        "mode": "colocated",
+        "schedule_conservativeness": 0.05,
+        "chunked_prefill_size": 256,
+        "schedule_max_wait_s": 0.3,
+    },
 ]
 
 

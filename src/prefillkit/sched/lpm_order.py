@@ -83,6 +83,7 @@ class LpmOrder:
         self._at_key: dict[int, dict[Request, None]] = {}
         self._dirty: dict[Request, None] = {}
         self._heap: list[tuple[float, int, Request]] = []
+        self._cutoff: float | None = None  # the latest aging cutoff (None: none yet)
         self._seq = 0
         # NOTE: the cache records changes exactly while the queue is not empty.
         cache.changed_nodes = None
@@ -114,8 +115,18 @@ class LpmOrder:
         if not self._pos:  # NOTE: nothing is registered: the cache's changes concern none
             self._forget_changes(record=False)
 
+    def requeue(self, req: Request, queue: Iterable[Request]) -> None:
+        """``req`` went back to its arrival position in ``queue`` (the whole queue, in
+        queue order, ``req`` included): behind every request of its arrival time, so a
+        fresh ``seq`` places it. Only when it is already aged (the aged front is kept in
+        queue order) is everything rebuilt."""
+        if self._cutoff is not None and req.arrival_time <= self._cutoff:
+            self.reset(queue)
+        else:
+            self.add(req)
+
     def reset(self, queue: Iterable[Request]) -> None:
-        """Rebuild from ``queue`` (in queue order): after an out-of-order requeue."""
+        """Rebuild from ``queue`` (in queue order)."""
         cache = self.cache
         self.__init__(cache, self.aging)  # type: ignore[misc]
         for req in queue:
@@ -141,6 +152,8 @@ class LpmOrder:
         cache.new_heads = [] if record else None
 
     def _age(self, cutoff: float) -> None:
+        if self._cutoff is None or cutoff > self._cutoff:
+            self._cutoff = cutoff
         heap = self._heap
         pos_of = self._pos
         while heap and heap[0][0] <= cutoff:

@@ -303,7 +303,7 @@ class Scheduler:
             reqs = sorted([*self._waiting, req], key=lambda r: r.arrival_time)
             self._waiting = dict.fromkeys(reqs)
             if self._lpm is not None:
-                self._lpm.reset(reqs)
+                self._lpm.requeue(req, reqs)
 
     @property
     def waiting(self) -> list[Request]:
