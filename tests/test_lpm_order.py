@@ -145,9 +145,9 @@ def test_quiet_pass_rescoring_nobody() -> None:
     rescored = [0]
     real = lpm._rescore
 
-    def counting(req: Request) -> None:
+    def counting(member: Any) -> None:
         rescored[0] += 1
-        real(req)
+        real(member)
 
     lpm._rescore = counting  # type: ignore[method-assign]
     list(lpm.order(None))

@@ -53,11 +53,30 @@ LpmKey = tuple[int, float, int]
 Pos = tuple[float, int]
 
 
+class _Member:
+    """One queued request's state: its position, and (not aged) its key, matched tokens,
+    head (short-match members with one) and registrations (match node, probe node, the
+    key after its match)."""
+
+    __slots__ = ("head", "key", "matched", "node", "pos", "probe", "req", "want")
+
+    def __init__(self, req: Request, pos: Pos) -> None:
+        self.req = req
+        self.pos = pos
+        self.key: LpmKey | None = None  # NOTE: None while aged (not in the sorted list)
+        self.matched = 0
+        self.head: object = None
+        self.node: Node | None = None
+        self.probe: Node | None = None
+        self.want: int | None = None
+
+
 class LpmOrder:
     """The waiting queue's LPM order (fallback and priority are the caller's).
 
-    Mutated only by :meth:`add`, :meth:`remove`, :meth:`reset` (the queue changed) and
-    :meth:`order` (aging and the cache's changes since the last call)."""
+    Mutated only by :meth:`add`, :meth:`remove`, :meth:`requeue`, :meth:`reset` (the
+    queue changed) and :meth:`order` (aging and the cache's changes since the last
+    call)."""
 
     def __init__(self, cache: PrefixCache, aging: bool) -> None:
         self.cache = cache
@@ -72,13 +91,9 @@ class LpmOrder:
         self.keys: list[LpmKey] = []
         self.reqs: list[Request] = []  # NOTE: reqs[i] is the member keyed keys[i]
         self.aged: dict[Request, None] = {}  # in queue order
-        self._key: dict[Request, LpmKey] = {}
-        self._pos: dict[Request, Pos] = {}  # members and aged requests
-        self._matched: dict[Request, int] = {}
-        self._head: dict[Request, object] = {}  # short-match members with a head
-        self._groups: dict[object, list[Pos]] = {}
-        self._by_pos: dict[Pos, Request] = {}
-        self._reg: dict[Request, tuple[Node | None, Node | None, int | None]] = {}
+        self._m: dict[Request, _Member] = {}  # every queued request (members and aged)
+        # Per head, its short-match members in queue order (the first leads the group).
+        self._groups: dict[object, list[_Member]] = {}
         self._at_node: dict[Node, dict[Request, None]] = {}
         self._at_key: dict[int, dict[Request, None]] = {}
         self._dirty: dict[Request, None] = {}
@@ -92,27 +107,25 @@ class LpmOrder:
     # ------------------------------------------------------------------ the queue
     def add(self, req: Request) -> None:
         """``req`` joined the queue at its end (its arrival is the latest)."""
-        if not self._pos:
+        if not self._m:
             self._forget_changes(record=True)
         self._seq += 1
         pos = (req.arrival_time, self._seq)
-        self._pos[req] = pos
-        self._by_pos[pos] = req
+        m = self._m[req] = _Member(req, pos)
         if self.aging:
             heappush(self._heap, (pos[0], pos[1], req))
-        self._rescore(req)
+        self._rescore(m)
 
     def remove(self, req: Request) -> None:
         """``req`` left the queue (admitted or aborted)."""
-        pos = self._pos.pop(req, None)
-        if pos is None:
+        m = self._m.pop(req, None)
+        if m is None:
             return
-        del self._by_pos[pos]
-        if req in self.aged:
+        if m.key is None:
             del self.aged[req]
         else:
-            self._leave(req, pos)
-        if not self._pos:  # NOTE: nothing is registered: the cache's changes concern none
+            self._leave(m)
+        if not self._m:  # NOTE: nothing is registered: the cache's changes concern none
             self._forget_changes(record=False)
 
     def requeue(self, req: Request, queue: Iterable[Request]) -> None:
@@ -155,11 +168,12 @@ class LpmOrder:
         if self._cutoff is None or cutoff > self._cutoff:
             self._cutoff = cutoff
         heap = self._heap
-        pos_of = self._pos
+        members = self._m
         while heap and heap[0][0] <= cutoff:
             arrival, seq, req = heappop(heap)
-            if pos_of.get(req) == (arrival, seq) and req not in self.aged:
-                self._leave(req, (arrival, seq))
+            m = members.get(req)
+            if m is not None and m.pos == (arrival, seq) and m.key is not None:
+                self._leave(m)
                 self.aged[req] = None
 
     def _drain(self) -> None:
@@ -168,27 +182,31 @@ class LpmOrder:
         _fire(cache.changed_nodes, self._at_node, dirty)
         _fire(cache.new_heads, self._at_key, dirty)
         if dirty:
-            members = self._key
+            members = self._m
             for req in dirty:
-                if req in members:
-                    self._rescore(req)
+                m = members.get(req)
+                if m is not None and m.key is not None:
+                    self._rescore(m)
             dirty.clear()
 
     # ------------------------------------------------------------------ one member
-    def _leave(self, req: Request, pos: Pos) -> None:
-        """Take member ``req`` out of the sorted list, its head group and registrations."""
-        self._unregister(req)
-        self._dirty.pop(req, None)
-        self._matched.pop(req, None)
-        key = self._key.pop(req)
+    def _leave(self, m: _Member) -> None:
+        """Take member ``m`` out of the sorted list, its head group and registrations
+        (its ``key`` becomes None)."""
+        self._unregister(m)
+        self._dirty.pop(m.req, None)
+        key = m.key
+        assert key is not None
         i = bisect_left(self.keys, key)
         del self.keys[i]
         del self.reqs[i]
-        self._leave_group(req, pos)
+        m.key = None
+        self._leave_group(m)
 
-    def _rescore(self, req: Request) -> None:
-        """Recompute ``req``'s match, registrations, head group and key."""
+    def _rescore(self, m: _Member) -> None:
+        """Recompute ``m``'s match, registrations, head group and key."""
         cache = self.cache
+        req = m.req
         kt = cache.key_tokens
         c = refresh_match(cache, req)
         matched = c * kt
@@ -201,50 +219,48 @@ class LpmOrder:
                 short = device_units(cache, req, c) * kt <= self._check
             else:
                 short = False
-        self._unregister(req)
-        want = req.keys[c] if c < req.max_match_units else None
-        reg = (None if node is cache.root else node, probe, want)
-        self._register(req, reg)
-        self._matched[req] = matched
-        pos = self._pos[req]
+        self._unregister(m)
+        m.node = None if node is cache.root else node
+        m.probe = probe
+        m.want = req.keys[c] if c < req.max_match_units else None
+        self._register(m)
+        m.matched = matched
         head: object = None
         if short:
             head = req.extra.get(IN_BATCH_HEAD) if req.extra else None
             if head is None and len(keys := req.keys) > self._head_unit:
                 head = keys[self._head_unit]
-        if self._head.get(req) != head:
-            self._leave_group(req, pos)
+        if m.head != head:
+            self._leave_group(m)
             if head is not None:
-                self._join_group(req, head, pos)
-        first = head is None or self._groups[head][0] == pos
-        self._set_key(req, (-matched if first else 1, pos[0], pos[1]))
+                self._join_group(m, head)
+        pos = m.pos
+        first = head is None or self._groups[head][0] is m
+        self._set_key(m, (-matched if first else 1, pos[0], pos[1]))
 
-    def _register(self, req: Request, reg: tuple[Node | None, Node | None, int | None]) -> None:
-        self._reg[req] = reg
-        node, probe, want = reg
+    def _register(self, m: _Member) -> None:
+        req, node, probe = m.req, m.node, m.probe
         at_node = self._at_node
         if node is not None:
             at_node.setdefault(node, {})[req] = None
         if probe is not None and probe is not node:
             at_node.setdefault(probe, {})[req] = None
-        if want is not None:
-            self._at_key.setdefault(want, {})[req] = None
+        if m.want is not None:
+            self._at_key.setdefault(m.want, {})[req] = None
 
-    def _unregister(self, req: Request) -> None:
-        reg = self._reg.pop(req, None)
-        if reg is None:
-            return
-        node, probe, want = reg
-        if node is not None:
-            _drop(self._at_node, node, req)
-        if probe is not None:
-            _drop(self._at_node, probe, req)
-        if want is not None:
-            _drop(self._at_key, want, req)
+    def _unregister(self, m: _Member) -> None:
+        req = m.req
+        if m.node is not None:
+            _drop(self._at_node, m.node, req)
+        if m.probe is not None:
+            _drop(self._at_node, m.probe, req)
+        if m.want is not None:
+            _drop(self._at_key, m.want, req)
+        m.node = m.probe = m.want = None
 
-    def _set_key(self, req: Request, key: LpmKey) -> None:
+    def _set_key(self, m: _Member, key: LpmKey) -> None:
         keys = self.keys
-        old = self._key.get(req)
+        old = m.key
         if old == key:
             return
         if old is not None:
@@ -253,32 +269,33 @@ class LpmOrder:
             del self.reqs[i]
         j = bisect_left(keys, key)
         keys.insert(j, key)
-        self.reqs.insert(j, req)
-        self._key[req] = key
+        self.reqs.insert(j, m.req)
+        m.key = key
 
-    def _join_group(self, req: Request, head: object, pos: Pos) -> None:
+    def _join_group(self, m: _Member, head: object) -> None:
         group = self._groups.setdefault(head, [])
-        i = bisect_left(group, pos)
-        group.insert(i, pos)
-        self._head[req] = head
+        i = bisect_left(group, m.pos, key=_pos_of)
+        group.insert(i, m)
+        m.head = head
         if i == 0 and len(group) > 1:  # the former first is deprioritised now
-            other = self._by_pos[group[1]]
-            p = group[1]
+            other = group[1]
+            p = other.pos
             self._set_key(other, (1, p[0], p[1]))
 
-    def _leave_group(self, req: Request, pos: Pos) -> None:
-        head = self._head.pop(req, None)
+    def _leave_group(self, m: _Member) -> None:
+        head = m.head
         if head is None:
             return
+        m.head = None
         group = self._groups[head]
-        i = bisect_left(group, pos)
+        i = bisect_left(group, m.pos, key=_pos_of)
         del group[i]
         if not group:
             del self._groups[head]
         elif i == 0:  # the next one leads its group now
-            p = group[0]
-            other = self._by_pos[p]
-            self._set_key(other, (-self._matched[other], p[0], p[1]))
+            other = group[0]
+            p = other.pos
+            self._set_key(other, (-other.matched, p[0], p[1]))
 
     # ------------------------------------------------------------------ checks
     def check(self, queue: list[Request]) -> None:
@@ -288,7 +305,8 @@ class LpmOrder:
         if queue[: len(aged)] != aged:
             raise AssertionError("lpm order: the aged requests are not the queue's front")
         rest = queue[len(aged) :]
-        if set(rest) != set(self._key) or len(rest) != len(self._key):
+        members = [r for r, m in self._m.items() if m.key is not None]
+        if set(rest) != set(members) or len(rest) != len(members):
             raise AssertionError("lpm order: members differ from the queue's unaged part")
         self._drain()
         expect = order_lpm(rest, self.cache)
@@ -299,6 +317,10 @@ class LpmOrder:
                 f"lpm order: position {first} holds {self.reqs[first].rid}, "
                 f"a full re-sort puts {expect[first].rid} there"
             )
+
+
+def _pos_of(m: _Member) -> Pos:
+    return m.pos
 
 
 def _fire(
