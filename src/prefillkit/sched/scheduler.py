@@ -56,6 +56,9 @@ from prefillkit.sched.matching import refresh_match
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.preempt import pick_victims
 
+#: ``CloseReason`` -> its value (the empty-pass counter key).
+_REASON_KEY: dict[CloseReason, str] = {r: r.value for r in CloseReason}
+
 
 @dataclass(slots=True)
 class PrefillBatch:
@@ -228,6 +231,8 @@ class Scheduler:
             else None
         )
         self.stats = SchedulerStats()
+        # Empty StepOutputs by (stop reason, queue length), reused (see schedule()).
+        self._empty_steps: dict[tuple[CloseReason, int], StepOutput] = {}
         # Why the last admission pass stopped (for an empty pass: why nothing was admitted).
         self.last_pass_reason: CloseReason | None = None
         # Called with every admission decision (set_admission_observer); NOTE: None costs
@@ -333,7 +338,8 @@ class Scheduler:
         """Record a pass that admitted nothing (``last_pass_reason`` + the counter)."""
         self.last_pass_reason = reason
         counts = self.stats.empty_passes
-        counts[reason.value] = counts.get(reason.value, 0) + 1
+        key = _REASON_KEY[reason]  # NOTE: an enum's .value is a slow descriptor lookup
+        counts[key] = counts.get(key, 0) + 1
 
     def get_new_batch_prefill(self, now: float) -> PrefillBatch | None:
         """Run one admission pass. The batch's pages are allocated on return.
@@ -705,7 +711,17 @@ class Scheduler:
         reason = self.last_pass_reason
         assert reason is not None
         if batch is None:
-            return StepOutput((), reason, limit_of(reason), waiting_len=len(self._waiting))
+            # NOTE: immutable, so one object per (reason, queue length) serves every
+            # empty pass (a decode-only stretch asks for one per decode step).
+            key = (reason, len(self._waiting))
+            empty = self._empty_steps.get(key)
+            if empty is None:
+                if len(self._empty_steps) >= 64:
+                    self._empty_steps.clear()
+                empty = self._empty_steps[key] = StepOutput(
+                    (), reason, limit_of(reason), waiting_len=key[1]
+                )
+            return empty
         u = self.cache.unit_pages
         root = self.cache.root
         copies = {id(lb.deepest): lb for lb in batch.load_backs}
