@@ -985,7 +985,8 @@ class Scheduler:
                 # Released at once: a finished request is never a retraction victim.
                 self.release(req, now)
                 finished.append(req)
-        self.decoding = [r for r in self.decoding if r.status is ReqStatus.DECODING]
+        if finished or retracted:  # NOTE: else every request is still decoding
+            self.decoding = [r for r in self.decoding if r.status is ReqStatus.DECODING]
         if retracted:
             self.stats.retractions += len(retracted)
             decoded = sum(r.output_len for r in self.decoding)

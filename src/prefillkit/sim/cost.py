@@ -417,6 +417,9 @@ class RooflineCostModel:
         self._tp_per_rank_row = self.tp_comm_time(1.0)
         self._gather_per_token = self.cp_gather_time(1)
         self._load_per_token = self.loadback_time(1)
+        # decode_step_time's batch-size terms (NOTE: the model's settings are fixed once
+        # built, as the per-row constants above assume).
+        self._decode_terms: dict[int, tuple[float, float]] = {}
 
     # --- building blocks -------------------------------------------------------------
     def gemm_efficiency(self, tokens: float) -> float:
@@ -680,17 +683,28 @@ class RooflineCostModel:
             kv = total_context * idx_bytes + latent_tokens * latent_bytes
         else:
             kv = float(total_context) * self.kv_bytes_per_token
+        terms = self._decode_terms.get(batch_size)
+        if terms is None:
+            terms = self._decode_terms[batch_size] = self._decode_batch_terms(batch_size)
+        weights, compute = terms
+        memory = (weights + kv) / (self.num_gpus * self._mem_bw)
+        return max(memory, compute) + self.per_forward_s
+
+    def _decode_batch_terms(self, batch_size: int) -> tuple[float, float]:
+        """The parts of :meth:`decode_step_time` that depend on the batch size alone: the
+        weight bytes the step reads and its compute time (kept per batch size: a decode
+        run asks for the same few sizes millions of times)."""
+        m = self.model
         if m.num_experts:
             frac = 1.0 - (1.0 - m.experts_per_token / m.num_experts) ** batch_size
             routed = m.expert_params * m.num_experts * m.moe_layers
             weights = (m.total_params - routed + routed * frac) * m.weight_bytes_per_param
         else:
             weights = m.total_params * m.weight_bytes_per_param
-        memory = (weights + kv) / (self.num_gpus * self._mem_bw)
         compute = (2.0 * m.active_params * batch_size) / (
             self.num_gpus * self._gemm_peak * self.gemm_efficiency(batch_size)
         )
-        return max(memory, compute) + self.per_forward_s
+        return weights, compute
 
     def kv_transfer_time(self, tokens: int) -> float:
         """``tokens × kv_bytes_per_token / kv_transfer_bandwidth`` (no fixed latency)."""
