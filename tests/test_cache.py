@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +15,7 @@ from prefillkit.cache import (
     check_invariants,
     lane_split,
 )
+from prefillkit.cache.prefix import tail_units_needed
 from prefillkit.request import Request, block_key_chain, token_key_chain
 from prefillkit.sched.matching import refresh_match
 
@@ -478,3 +482,50 @@ def test_eviction_splits_the_victim_and_keeps_its_shared_head() -> None:
     compute_and_insert(cache, chain(1, 2, 3, 4, 5, 6))
     assert cache.alloc_lanes([3])
     assert cache.match(chain(1, 2, 3, 4, 5, 6), 6).units == 0
+
+
+def _tail_units_by_loop(short: list[int], end_page: int, n_units: int, unit_pages: int) -> int:
+    """The reference: grow the tail one unit at a time until every lane is covered."""
+    cp = len(short)
+    k = min(n_units, max(1, -(-sum(short) // unit_pages)))
+    if cp == 1:
+        return k
+    while k < n_units:
+        tail = lane_split(end_page - k * unit_pages, k * unit_pages, cp)
+        if all(t >= s for t, s in zip(tail, short, strict=True)):
+            return k
+        k += 1
+    return n_units
+
+
+@pytest.mark.parametrize(
+    ("short", "end_page", "n_units", "unit_pages", "expect"),
+    [
+        ([3], 10, 8, 1, 3),  # one lane: the shortfall's units
+        ([0, 0, 1, 0], 8, 8, 1, 2),  # lane 2's last page is 2 pages from the end (page 6)
+        ([1, 0, 0, 0], 8, 8, 1, 4),  # lane 0: page 4, the 4th from the end
+        ([1, 1, 1, 1], 8, 8, 1, 4),
+        ([2, 0, 0, 0], 8, 8, 1, 8),  # pages 4 and 0: the whole node
+        ([2, 0, 0, 0], 8, 5, 1, 5),  # not even the whole node covers it
+        ([0, 1, 0, 0], 8, 4, 2, 2),  # 2-page units: page 5 is in the 2nd unit
+    ],
+)
+def test_tail_units_needed_table(
+    short: list[int], end_page: int, n_units: int, unit_pages: int, expect: int
+) -> None:
+    assert tail_units_needed(short, end_page, n_units, unit_pages) == expect
+    assert _tail_units_by_loop(short, end_page, n_units, unit_pages) == expect
+
+
+def test_tail_units_needed_equals_the_loop() -> None:
+    rng = random.Random(7)
+    for _ in range(3000):
+        cp = rng.choice([1, 2, 3, 4, 8])
+        u = rng.choice([1, 2, 4])
+        n_units = rng.randint(1, 40)
+        end_page = (n_units + rng.randint(0, 30)) * u
+        short = [rng.choice([0, 0, 1, 2, rng.randint(0, 20)]) for _ in range(cp)]
+        if not any(short):
+            short[rng.randrange(cp)] = 1
+        args = (short, end_page, n_units, u)
+        assert tail_units_needed(*args) == _tail_units_by_loop(*args), args

@@ -78,6 +78,29 @@ class LoadBack:
         return out
 
 
+def tail_units_needed(short: list[int], end_page: int, n_units: int, unit_pages: int) -> int:
+    """Fewest units at the end of a node (``n_units`` units of ``unit_pages`` pages,
+    ending at page ``end_page``) whose pages cover ``short[j]`` pages of each owner lane
+    ``j``; ``n_units`` when even the whole node does not.
+
+    NOTE: page p is in lane p mod cp, so a tail of T pages ending at ``end_page`` holds
+    lane j's pages at distances d_j, d_j + cp, ... from its last page
+    (d_j = (end_page - 1 - j) mod cp): it covers a shortfall s > 0 iff
+    T >= d_j + (s - 1) cp + 1; and at least ``sum(short)`` pages are needed in all.
+    """
+    cp = len(short)
+    k = min(n_units, max(1, -(-sum(short) // unit_pages)))
+    if cp == 1:
+        return k
+    pages = 0
+    for j, s in enumerate(short):
+        if s:
+            t = (end_page - 1 - j) % cp + (s - 1) * cp + 1
+            if t > pages:
+                pages = t
+    return min(n_units, max(k, -(-pages // unit_pages)))
+
+
 class PrefixCache:
     def __init__(self, pool: KVPool, key_tokens: int, host: HostTier | None = None) -> None:
         if key_tokens <= 0 or key_tokens % pool.page_size:
@@ -548,19 +571,7 @@ class PrefixCache:
         """Fewest tail units of ``node`` whose pages cover the free-page shortfall."""
         free = self.pool.free
         short = [max(0, n - f) for n, f in zip(lanes, free, strict=True)]
-        u = self.unit_pages
-        cp = self.cp_size
-        end = node.end * u
-        n_keys = len(node.keys)
-        k = min(n_keys, max(1, -(-sum(short) // u)))  # NOTE: a lower bound of the answer
-        if cp == 1:
-            return k
-        while k < n_keys:
-            tail = lane_split(end - k * u, k * u, cp)
-            if all(t >= s for t, s in zip(tail, short, strict=True)):
-                return k
-            k += 1
-        return n_keys
+        return tail_units_needed(short, node.end * self.unit_pages, len(node.keys), self.unit_pages)
 
     def evict_tokens(self, num_tokens: int) -> int:
         """Evict at least ``num_tokens`` tokens of unlocked device pages; return pages freed."""
