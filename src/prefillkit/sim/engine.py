@@ -384,6 +384,10 @@ class Engine:
         else:
             bstarts = [b.start_s for b in self.batches]
             bdurations = [b.duration_s for b in self.batches]
+        if not self._decode_starts:
+            # NOTE: batches start in time order, so the (stable) sort below would be the
+            # identity: no copies (a streaming run's columns are viewed, not copied).
+            return np.asarray(bstarts, dtype=float), np.asarray(bdurations, dtype=float)
         starts = np.concatenate(
             (np.asarray(bstarts, dtype=float), np.asarray(self._decode_starts, dtype=float))
         )
