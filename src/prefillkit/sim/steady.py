@@ -172,8 +172,10 @@ def _windows(
     backlog = np.searchsorted(backlog_arrivals, clipped) - np.searchsorted(tokens, clipped)
     busy_at = busy_before(busy[0], busy[1], clipped)
     done = np.isfinite(ttft)
-    order = np.argsort(idx[done], kind="stable")
-    sample_idx, sample = idx[done][order], ttft[done][order]
+    sample_idx, sample = idx[done], ttft[done]
+    if not _sorted(sample_idx):  # NOTE: in arrival order (a streaming run) it is sorted
+        order = np.argsort(sample_idx, kind="stable")
+        sample_idx, sample = sample_idx[order], sample[order]
     bounds = np.searchsorted(sample_idx, np.arange(n + 1), side="left")
     out: list[dict[str, Any]] = []
     for i in range(n):
@@ -232,6 +234,11 @@ def _steady_stats(arrival: np.ndarray, ttft: np.ndarray, window_s: float) -> dic
     }
 
 
+def _sorted(a: np.ndarray) -> bool:
+    """Whether ``a`` is non-decreasing (then a sort, stable or not, changes nothing)."""
+    return len(a) < 2 or bool(np.all(a[1:] >= a[:-1]))
+
+
 def _window_edges(arrival: np.ndarray, window_s: float) -> np.ndarray:
     """``t0 + i·w`` for ``i = 0 .. n`` (no windows without arrivals)."""
     if len(arrival) == 0:
@@ -284,10 +291,11 @@ def steady_metrics_columns(
     (:data:`CLASS_CODES`, 0 for none); what a streaming run keeps instead of requests."""
     ttft = first_token - arrival
     edges = _window_edges(arrival, window_s)
+    backlog = arrival[kept]
+    if not _sorted(backlog):  # NOTE: in arrival order (a streaming run) it is sorted
+        backlog = np.sort(backlog)
     windows = (
-        _windows(arrival, ttft, first_token, np.sort(arrival[kept]), busy, edges, sim_end_s)
-        if len(edges)
-        else []
+        _windows(arrival, ttft, first_token, backlog, busy, edges, sim_end_s) if len(edges) else []
     )
     saturated = [w["saturated"] for w in windows]
     overloaded = overload_runs(saturated)
