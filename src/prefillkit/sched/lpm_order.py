@@ -43,9 +43,13 @@ from typing import Any
 
 from prefillkit.cache.node import Node
 from prefillkit.cache.prefix import PrefixCache
-from prefillkit.request import IN_BATCH_HEAD, IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD, Request
-from prefillkit.sched.matching import device_units, refresh_match
-from prefillkit.sched.policy import IN_BATCH_PREFIX_CHECK_THRESHOLD, order_lpm
+from prefillkit.request import Request
+from prefillkit.sched.policy import (
+    IN_BATCH_PREFIX_CHECK_THRESHOLD,
+    in_batch_head_unit,
+    lpm_match,
+    order_lpm,
+)
 
 #: (score, arrival_time, seq): the sort key of a member.
 LpmKey = tuple[int, float, int]
@@ -85,9 +89,7 @@ class LpmOrder:
         check = IN_BATCH_PREFIX_CHECK_THRESHOLD
         self._check = check
         self._probe_unit = check // kt  # NOTE: dev <= 32 tokens iff this unit is off device
-        # NOTE: order_lpm's head probe: keys[_head_unit] is the key of the unit holding
-        # token 32 (the same formula).
-        self._head_unit = -(-IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD // kt) - 1
+        self._head_unit = in_batch_head_unit(kt)
         self.keys: list[LpmKey] = []
         self.reqs: list[Request] = []  # NOTE: reqs[i] is the member keyed keys[i]
         self.aged: dict[Request, None] = {}  # in queue order
@@ -207,29 +209,20 @@ class LpmOrder:
         """Recompute ``m``'s match, registrations, head group and key."""
         cache = self.cache
         req = m.req
-        kt = cache.key_tokens
-        c = refresh_match(cache, req)
-        matched = c * kt
+        matched, head = lpm_match(cache, req, self._head_unit)
+        c = req.match_hint  # NOTE: lpm_match refreshed the match
         node = req.match_node
-        probe: Node | None = None
-        short = True
-        if matched > self._check:
-            if node is not None and not node.on_device:
-                probe = cache.index[req.keys[self._probe_unit]]
-                short = device_units(cache, req, c) * kt <= self._check
-            else:
-                short = False
         self._unregister(m)
         m.node = None if node is cache.root else node
-        m.probe = probe
+        # The probe node decides a host hit's in-batch check (its device part).
+        m.probe = (
+            cache.index[req.keys[self._probe_unit]]
+            if matched > self._check and node is not None and not node.on_device
+            else None
+        )
         m.want = req.keys[c] if c < req.max_match_units else None
         self._register(m)
         m.matched = matched
-        head: object = None
-        if short:
-            head = req.extra.get(IN_BATCH_HEAD) if req.extra else None
-            if head is None and len(keys := req.keys) > self._head_unit:
-                head = keys[self._head_unit]
         if m.head != head:
             self._leave_group(m)
             if head is not None:

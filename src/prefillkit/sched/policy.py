@@ -79,34 +79,43 @@ def order_lpm(waiting: list[Request], cache: PrefixCache) -> list[Request]:
     holding token 32 (equal keys share >= 32 tokens; prompts sharing fewer tokens than
     that unit are not detected without their head).
     """
-    kt = cache.key_tokens
-    check = IN_BATCH_PREFIX_CHECK_THRESHOLD
-    probe = -(-IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD // kt) - 1  # unit holding token 32
+    head_unit = in_batch_head_unit(cache.key_tokens)
     seen: set[object] = set()
     scored: list[tuple[int, int, Request]] = []
     for i, req in enumerate(waiting):
-        c = refresh_match(cache, req)
-        matched = c * kt
-        if matched > check:
-            n = req.match_node
-            if n is not None and not n.on_device:  # a host hit: compare the device part
-                dev = device_units(cache, req, c) * kt
-            else:
-                dev = matched
-        else:
-            dev = matched
-        if dev <= check:
-            head: object = req.extra.get(IN_BATCH_HEAD) if req.extra else None
-            if head is None and len(keys := req.keys) > probe:
-                head = keys[probe]
-            if head is not None:
-                if head in seen:
-                    scored.append((1, i, req))  # deprioritised: after every other request
-                    continue
-                seen.add(head)
+        matched, head = lpm_match(cache, req, head_unit)
+        if head is not None:
+            if head in seen:
+                scored.append((1, i, req))  # deprioritised: after every other request
+                continue
+            seen.add(head)
         scored.append((-matched, i, req))
     scored.sort()  # (score, position) are unique: the request itself is never compared
     return [t[2] for t in scored]
+
+
+def in_batch_head_unit(key_tokens: int) -> int:
+    """The key unit holding token 32: its key is a prompt's head when the request was
+    built without one (see :func:`order_lpm`)."""
+    return -(-IN_BATCH_PREFIX_DEPRIORITIZE_THRESHOLD // key_tokens) - 1
+
+
+def lpm_match(cache: PrefixCache, req: Request, head_unit: int) -> tuple[int, object]:
+    """``req``'s LPM inputs: matched tokens (device + host; refreshes its match) and its
+    in-batch head when its *device* match is at most 32 tokens (else None: it takes no
+    part in the in-batch check). ``head_unit``: :func:`in_batch_head_unit`."""
+    kt = cache.key_tokens
+    check = IN_BATCH_PREFIX_CHECK_THRESHOLD
+    c = refresh_match(cache, req)
+    matched = c * kt
+    if matched > check:
+        n = req.match_node
+        if n is None or n.on_device or device_units(cache, req, c) * kt > check:
+            return matched, None  # NOTE: a host hit compares its device part
+    head: object = req.extra.get(IN_BATCH_HEAD) if req.extra else None
+    if head is None and len(keys := req.keys) > head_unit:
+        head = keys[head_unit]
+    return matched, head
 
 
 def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request]:
