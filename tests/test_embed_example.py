@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import prefillkit.cache.pages
+from conftest import patches
 from prefillkit.cache.pages import IdStack
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "embed_engine.py"
@@ -19,6 +21,7 @@ def test_embed_engine_example_runs() -> None:
         mod["main"](n_requests=60, seed=seed)
 
 
+@patches(prefillkit.cache.pages)
 def test_embed_engine_catches_a_page_handed_out_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     def leaky_take(self: IdStack, n: int) -> array:  # hands out ids without taking them
         if self.top < n:

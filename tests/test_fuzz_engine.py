@@ -75,6 +75,8 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+import prefillkit.sim.engine
+from conftest import patches
 from prefillkit.app.settings import Config, describe
 from prefillkit.cli import run as cli_run
 from prefillkit.models import MODELS
@@ -432,6 +434,12 @@ def _ref_hit(ref: set[int], req: Request) -> int:
     while u < len(keys) and keys[u] in ref:
         u += 1
     return u * req.key_tokens
+
+
+#: The tests below wrap the engine's scheduler (``_instrument``), which a compiled build
+#: (setup.py) binds at build time: there they are skipped, and tests/test_compiled_build.py
+#: compares the compiled build's outputs with the source's instead.
+INSTRUMENTS = patches(prefillkit.sim.engine)
 
 
 def _instrument(engine: Engine) -> list[PassLog]:
@@ -964,6 +972,7 @@ def run_scenario(
     assert fingerprint(again, cfg) == fingerprint(result, cfg), "same input, different results"
 
 
+@INSTRUMENTS
 @FUZZ_SETTINGS
 @given(sc=scenarios())
 def test_engine_fuzz(sc: Scenario) -> None:
@@ -971,6 +980,7 @@ def test_engine_fuzz(sc: Scenario) -> None:
     run_scenario(sc)
 
 
+@INSTRUMENTS
 @settings(FUZZ_SETTINGS, max_examples=max(8, FUZZ_EXAMPLES // 10))
 @given(sc=scenarios(real_cost=True))
 def test_engine_fuzz_default_cost_model(sc: Scenario) -> None:
@@ -978,6 +988,7 @@ def test_engine_fuzz_default_cost_model(sc: Scenario) -> None:
     run_scenario(sc)
 
 
+@INSTRUMENTS
 @pytest.mark.parametrize("seed", range(3))
 def test_example_scenario_is_deterministic_and_live(seed: int) -> None:
     """A fixed mid-size scenario (HiCache + CP bs>1 + affinity) as a plain test."""
@@ -1011,6 +1022,7 @@ def test_example_scenario_is_deterministic_and_live(seed: int) -> None:
     run_scenario(sc)
 
 
+@INSTRUMENTS
 def test_priority_preemption_and_decode_retraction_do_not_livelock() -> None:
     """Found by this fuzz: colocated decode with priority preemption on memory
     (``enable_preempt_on_no_token``). Retraction took the *newest* decoding request,

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+import prefillkit.sched.lpm_order
+from conftest import is_compiled, patches
 from prefillkit.app.settings import Config
 from prefillkit.request import Request
 from prefillkit.sched.lpm_order import LpmOrder
@@ -123,12 +125,17 @@ def test_kept_order_equals_full_sort_every_pass(case: dict[str, Any], seed: int)
     sched = engine.sched
     assert isinstance(sched, Scheduler)
     calls = [0]
-    _checked(sched, calls)
+    # NOTE: a compiled LpmOrder cannot be patched; its check() (debug_check_invariants)
+    # still compares the kept order with a full re-sort at every step.
+    patched = not is_compiled(prefillkit.sched.lpm_order)
+    if patched:
+        _checked(sched, calls)
     res = engine.run()
     assert res.summary["completed"] + res.summary.get("rejected", 0) == 400
-    assert calls[0] > 50  # the kept order was used, pass after pass
+    assert calls[0] > 50 or not patched  # the kept order was used, pass after pass
 
 
+@patches(prefillkit.sched.lpm_order)
 def test_quiet_pass_rescoring_nobody() -> None:
     """A pass after which the cache did not change rescores no request; one new node
     rescores only the requests waiting for its first key."""

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import prefillkit.cache.prefix
+from conftest import patches
 from prefillkit.cache import KVPool, PrefixCache, check_invariants
 from prefillkit.request import Request
 
@@ -57,6 +59,7 @@ def test_unbounded_cache_reproduces_ideal_block_hit_rate() -> None:
     not TRACE.exists(),
     reason="full traces not present: run from a checkout beside ../shared/traces, see README",
 )
+@patches(prefillkit.cache.prefix)
 def test_split_evictions_never_lower_the_lru_hit_rate() -> None:
     """Evicting only the tail a need covers keeps shared heads: on the Mooncake trace the
     4 M-token LRU hit rate rises from 18.43 % (whole nodes) to 18.50 % (RESULTS.md)."""

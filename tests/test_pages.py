@@ -7,6 +7,8 @@ from array import array
 
 import pytest
 
+import prefillkit.cache.pages
+from conftest import patches
 from prefillkit.cache import KVPool, PrefixCache
 from prefillkit.cache.events import BlockLoadedBack, BlockRemoved, BlockStored, KVEvent
 from prefillkit.cache.host import HostTier
@@ -35,6 +37,7 @@ def test_id_stack_materialises_a_huge_space_lazily() -> None:
     assert len(s) == 10**12 - 5
 
 
+@patches(prefillkit.cache.pages)
 def test_id_stack_grows_past_its_eager_part(monkeypatch: pytest.MonkeyPatch) -> None:
     import prefillkit.cache.pages as pages
 

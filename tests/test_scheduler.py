@@ -1237,18 +1237,7 @@ def _lockstep(kw: dict[str, object], seed: int, *, pages: int = 160) -> tuple[in
     Returns how many passes were skipped and the log of decisions."""
     work = _lockstep_workload(seed)
     scheds = [make_sched(pages, **kw), make_sched(pages, **kw)]
-    full = scheds[1]
-    full._slot_pass_is_idle = lambda: False  # type: ignore[method-assign]
-    real_idle = scheds[0]._slot_pass_is_idle
-    skipped = 0
-
-    def counted() -> bool:
-        nonlocal skipped
-        idle = real_idle()
-        skipped += idle
-        return idle
-
-    scheds[0]._slot_pass_is_idle = counted  # type: ignore[method-assign]
+    scheds[1].skip_idle_passes = False
     reqs: list[dict[str, Request]] = [{}, {}]
     log: list[object] = []
     now = 0.0
@@ -1289,7 +1278,8 @@ def _lockstep(kw: dict[str, object], seed: int, *, pages: int = 160) -> tuple[in
         if step > 40 and not any(s.has_work or s.decoding for s in scheds):
             break
     assert all(r.status is ReqStatus.FINISHED for r in reqs[0].values())
-    return skipped, log
+    assert scheds[1].idle_passes_skipped == 0
+    return scheds[0].idle_passes_skipped, log
 
 
 @pytest.mark.parametrize(

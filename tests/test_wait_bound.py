@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import prefillkit.sched.policy
+from conftest import patches
 from prefillkit.app.settings import Config
 from prefillkit.cache import KVPool, PrefixCache
 from prefillkit.request import Request
@@ -51,6 +53,7 @@ def test_aged_prefix_len_table(
     assert aged_prefix_len(waiting, now, max_wait) == aged
 
 
+@patches(prefillkit.sched.policy)  # a stand-in request type counts the reads
 def test_aged_prefix_len_is_a_binary_search() -> None:
     """O(log queue): finding the aged front of 100,000 waiting requests reads about 17
     arrival times, however many have aged (the linear scan was a measured hot spot)."""

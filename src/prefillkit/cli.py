@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-from prefillkit import __version__
+from prefillkit import __version__, build
 from prefillkit.app.launch import (
     PRESETS,
     base_text,
@@ -480,9 +480,12 @@ def print_summary_table(doc: dict[str, Any], *, wall_time_s: float | None = None
 
 # --------------------------------------------------------------------------- commands
 
+#: ``prefillkit --version``: the version and which build runs (setup.py compiles the core).
+_VERSION_MESSAGE = f"%(prog)s %(version)s ({build()})"
+
 
 @click.group(context_settings=CONTEXT_SETTINGS)
-@click.version_option(__version__, prog_name="prefillkit")
+@click.version_option(__version__, prog_name="prefillkit", message=_VERSION_MESSAGE)
 def cli() -> None:
     """Cache-aware prefill admission scheduler and trace-replay simulator."""
 

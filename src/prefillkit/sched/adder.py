@@ -161,7 +161,7 @@ class PrefillAdder:
         self.cp_off = limits.cp_mode == "off"
         clip = limits.clip_max_new_tokens
         # Decode room reserved for the running requests (summed in order, as upstream).
-        offset: float = 0
+        offset: float = 0.0
         for r in running:
             left = r.max_new_tokens - r.output_len
             if left > clip:

@@ -74,13 +74,15 @@ def fail(name: str, message: str) -> typing.NoReturn:
     raise ConfigError(one_line(f"{field_flag(name)} {message}"))
 
 
-def check_positive(name: str, value: float | None) -> None:
+# NOTE: ``int | float``, not ``float``: a compiled build (setup.py) would convert an int
+# argument to float and name it "-1.0" in the message.
+def check_positive(name: str, value: int | float | None) -> None:
     """``value`` is None or > 0, else a ``ConfigError`` naming ``name``'s flag."""
     if value is not None and value <= 0:
         fail(name, f"must be positive, got {value}")
 
 
-def check_non_negative(name: str, value: float | None) -> None:
+def check_non_negative(name: str, value: int | float | None) -> None:
     """``value`` is None or >= 0, else a ``ConfigError`` naming ``name``'s flag."""
     if value is not None and value < 0:
         fail(name, f"must be >= 0, got {value}")

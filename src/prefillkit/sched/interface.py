@@ -108,7 +108,7 @@ class ScheduledReq:
             parts.append((node.start * self.unit_pages, node.pages))
             node = node.parent
         out: list[int] = []
-        for start, table in reversed(parts):
+        for start, table in parts[::-1]:
             out += global_ids(table, start)
         del out[self.prefix_node_pages :]  # NOTE: the lock may have moved deeper since
         out += global_ids(list(self.prefix_owned), self.prefix_node_pages)

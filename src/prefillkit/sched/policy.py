@@ -8,7 +8,6 @@ so cache-aware ordering stays cheap on long queues (see benchmarks/RESULTS.md).
 from __future__ import annotations
 
 import random
-import weakref
 from bisect import bisect_right
 from collections.abc import Sequence
 from functools import cmp_to_key
@@ -36,19 +35,14 @@ def order_lof(waiting: list[Request]) -> list[Request]:
     return sorted(waiting, key=lambda r: -r.max_new_tokens)
 
 
-# One generator per cache (= per scheduler), created from the seed on first use: a run's
-# sequence of shuffles is a function of its seed alone.
-_RANDOM: weakref.WeakKeyDictionary[PrefixCache, tuple[int, random.Random]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def order_random(waiting: list[Request], cache: PrefixCache, seed: int) -> list[Request]:
     """A uniform shuffle (upstream ``random``), deterministic for a given seed: the
     scheduler's passes draw from one generator seeded with ``seed``."""
-    state = _RANDOM.get(cache)
+    # NOTE: one generator per cache (= per scheduler), created from the seed on first
+    # use: a run's sequence of shuffles is a function of its seed alone.
+    state = cache.random_order_state
     if state is None or state[0] != seed:
-        state = _RANDOM[cache] = (seed, random.Random(seed))
+        state = cache.random_order_state = (seed, random.Random(seed))
     out = list(waiting)
     state[1].shuffle(out)
     return out

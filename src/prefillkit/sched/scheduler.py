@@ -215,6 +215,11 @@ class Scheduler:
         )
         # Requests that tripped an affinity bound lead the next pass.
         self.affinity_promoted: list[Request] = []
+        # Passes that would admit nothing because every slot is taken are skipped (see
+        # _slot_pass_is_idle) and counted. NOTE: False runs each of them in full, with
+        # the same decisions and counters (tests compare the two in lockstep).
+        self.skip_idle_passes = True
+        self.idle_passes_skipped = 0
         # The wait bound (policy.order_waiting): requests this old go first, oldest first.
         # With affinity on, its age bound T is a wait bound too: a cold request T old is
         # at the front of any ordering, where no warm lead can skip it.
@@ -349,7 +354,8 @@ class Scheduler:
         if not self._waiting and self.chunked_req is None:
             self._empty_pass(CloseReason.QUEUE_EMPTY)
             return None
-        if self._slot_pass_is_idle():
+        if self.skip_idle_passes and self._slot_pass_is_idle():
+            self.idle_passes_skipped += 1
             # The pass this replaces would end in its first scan step with
             # MAX_RUNNING_REQUESTS and nothing admitted (see _slot_pass_is_idle); its
             # only effects are these counters and the promoted-list filter below.

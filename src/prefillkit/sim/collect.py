@@ -35,12 +35,9 @@ from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.metrics import BatchRecord, cache_class, percentile, request_row
 from prefillkit.sim.slo import DEFAULT_PERCENTILES, latency_metrics_columns
 from prefillkit.sim.steady import CLASS_CODES, steady_metrics_columns
-from prefillkit.text import lazy_module
 
 if TYPE_CHECKING:
     import numpy as np
-else:
-    np = lazy_module("numpy")
 
 __all__ = ["RowSink", "RunCollector", "TimelineSink", "summary_from_columns"]
 
@@ -226,6 +223,8 @@ class RunCollector:
     # ------------------------------------------------------------------ summary
     def columns(self) -> dict[str, np.ndarray]:
         """The columns as numpy arrays (views of the arrays, no copy)."""
+        import numpy as np
+
         return {
             "arrival": np.frombuffer(self.arrival, dtype=float),
             "first_token": np.frombuffer(self.first_token, dtype=float),
@@ -303,6 +302,8 @@ def summary_from_columns(
 
     ``done_sums``: prompt tokens, device hits, host hits and chunks summed over the
     requests with a first token."""
+    import numpy as np
+
     arrival, first_token = cols["arrival"], cols["first_token"]
     done = np.isfinite(first_token)
     ttft = first_token[done] - arrival[done]

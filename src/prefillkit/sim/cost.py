@@ -96,7 +96,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from math import sqrt
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 from prefillkit.models import ModelSpec, get_model
 from prefillkit.sched.buffer import ReqShape
@@ -238,7 +238,6 @@ class ParallelLayout:
         return self.num_gpus // (self.cp_size * self.dp_size)
 
 
-@runtime_checkable
 class CostModel(Protocol):
     breakdown_keys: tuple[str, ...]
 

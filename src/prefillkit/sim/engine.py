@@ -44,12 +44,9 @@ from prefillkit.sim.steady import (
     check_window_s,
     steady_metrics,
 )
-from prefillkit.text import lazy_module
 
 if TYPE_CHECKING:
     import numpy as np
-else:
-    np = lazy_module("numpy")
 
 #: Requests a streaming engine reads ahead for the key-unit size (the first request
 #: with a key chain); without one among them the page size is used, and a later request
@@ -378,6 +375,8 @@ class Engine:
 
     def _busy_intervals(self) -> tuple[np.ndarray, np.ndarray]:
         """Executor busy intervals ``(starts, durations)``, sorted by start."""
+        import numpy as np
+
         if self.collector is not None:
             bstarts: Any = self.collector.batch_starts
             bdurations: Any = self.collector.batch_durations

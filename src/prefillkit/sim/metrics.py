@@ -20,14 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.cached import CachedSplit
-from prefillkit.text import lazy_module
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from prefillkit.sched.interface import StepOutput
-else:
-    np = lazy_module("numpy")
 
 REQUEST_COLUMNS = (
     "rid",
@@ -230,6 +225,8 @@ def cache_class(hit_tokens: int, warm_floor_tokens: int) -> str:
 
 def percentile(values: Any, q: float) -> float | None:
     """The q-th percentile (0..100), linear interpolation; None for no data."""
+    import numpy as np
+
     arr = np.asarray(values, dtype=float)
     if arr.size == 0:
         return None
@@ -289,6 +286,8 @@ def summarize(
     sim_end_s: float,
 ) -> dict[str, Any]:
     """The run summary users judge by."""
+    import numpy as np
+
     done = [r for r in requests if r.first_token_time is not None]
     ttft = [r.first_token_time - r.arrival_time for r in done]  # type: ignore[operator]
     queue = [r.first_scheduled_time - r.arrival_time for r in done]  # type: ignore[operator]

@@ -1,0 +1,83 @@
+"""Build hook: compiles the hot modules with mypyc (the same Python source, as C).
+
+The scheduler core and the simulator's event loop are plain, fully typed Python; mypyc
+(part of mypy, https://mypyc.readthedocs.io) compiles them to C extension modules that
+run the same code about twice as fast (benchmarks/RESULTS.md). The ``.py`` files ship
+beside the extensions, and the pure-Python package is the fallback:
+
+- ``PREFILLKIT_PURE_PYTHON=1 pip install .`` skips compilation;
+- an editable install (``pip install -e .``) is never compiled, so edits take effect;
+- without mypyc or a C compiler the build warns and installs the pure-Python package.
+
+``python -c "import prefillkit; print(prefillkit.COMPILED)"`` says which one is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+#: The compiled modules: the core, the event loop and what it calls per request or per
+#: forward. Everything else stays interpreted.
+COMPILED = [
+    "src/prefillkit/request.py",
+    "src/prefillkit/cache/events.py",
+    "src/prefillkit/cache/host.py",
+    "src/prefillkit/cache/node.py",
+    "src/prefillkit/cache/pages.py",
+    "src/prefillkit/cache/pool.py",
+    "src/prefillkit/cache/prefix.py",
+    "src/prefillkit/sched/adder.py",
+    "src/prefillkit/sched/affinity.py",
+    "src/prefillkit/sched/buffer.py",
+    "src/prefillkit/sched/config.py",
+    "src/prefillkit/sched/cp_split.py",
+    "src/prefillkit/sched/interface.py",
+    "src/prefillkit/sched/lpm_order.py",
+    "src/prefillkit/sched/matching.py",
+    "src/prefillkit/sched/policy.py",
+    "src/prefillkit/sched/preempt.py",
+    "src/prefillkit/sched/scheduler.py",
+    "src/prefillkit/sched/seeding.py",
+    "src/prefillkit/sim/engine.py",
+    "src/prefillkit/sim/collect.py",
+]
+
+
+def _warn(msg: str) -> None:
+    print(f"prefillkit build: {msg}; installing the pure-Python package", file=sys.stderr)
+
+
+class _OptionalBuildExt(build_ext):
+    """build_ext that falls back to the pure-Python package when compiling fails."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as e:  # a missing compiler or headers: CCompilerError, OSError, ...
+            _warn(f"compiling the mypyc extensions failed ({e})")
+            for out in self.get_outputs():
+                Path(out).unlink(missing_ok=True)
+            self.extensions = []
+
+
+def _ext_modules() -> list:
+    if os.environ.get("PREFILLKIT_PURE_PYTHON") == "1":
+        return []
+    if "editable_wheel" in sys.argv or "develop" in sys.argv:
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        _warn("mypyc is not installed")
+        return []
+    # NOTE: numpy appears only in annotations of the compiled modules; a build
+    # environment without it types those as Any (--ignore-missing-imports).
+    return mypycify(["--ignore-missing-imports", *COMPILED], opt_level="3", group_name="prefillkit")
+
+
+setup(ext_modules=_ext_modules(), cmdclass={"build_ext": _OptionalBuildExt})
