@@ -45,6 +45,14 @@ COMPILED = [
     "src/prefillkit/sched/seeding.py",
     "src/prefillkit/sim/engine.py",
     "src/prefillkit/sim/collect.py",
+    "src/prefillkit/sim/cost.py",
+    "src/prefillkit/sim/cached.py",
+    "src/prefillkit/sim/metrics.py",
+    "src/prefillkit/sim/output.py",
+    "src/prefillkit/workloads/mooncake.py",
+    "src/prefillkit/workloads/jsonl.py",
+    "src/prefillkit/workloads/replay.py",
+    "src/prefillkit/workloads/record.py",
 ]
 
 

@@ -18,6 +18,7 @@ linear) and memory ``log(rss2/rss1) / log(n2/n1)`` (0 = flat).
     python benchmarks/bench_replay.py                    # mooncake, 10K, 100K, 1M
     python benchmarks/bench_replay.py --sizes 10000 100000 --no-mooncake
     python benchmarks/bench_replay.py --src /path/to/other/src   # another tree (before)
+    pip install . && python benchmarks/bench_replay.py --installed   # the compiled build
 
 Targets (issue 17, 2-core machine): Mooncake >= 20,000 simulated requests/s; 1 M
 requests <= 60 s wall and <= 500 MB peak RSS; memory exponent <= 0.1.
@@ -60,14 +61,35 @@ def agentic_args(n: int) -> list[str]:
     return [*AGENTIC_FLAGS, "--agentic-sessions", str(math.ceil(n / 6)), "--max-requests", str(n)]
 
 
-def run_case(src: Path, args: list[str]) -> dict[str, float]:
+def _env(src: Path | None) -> dict[str, str]:
+    """The environment of a replay process: ``src`` first on the path, or (None) only
+    what is installed (``pip install .`` installs the compiled build, see setup.py)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    return env
+
+
+def which_build(src: Path | None) -> str:
+    """``prefillkit.build()`` of the tree a replay process imports, and where it is."""
+    code = "import prefillkit; print(prefillkit.build(), prefillkit.__file__)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=_env(src), cwd=tempfile.gettempdir(),
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return out.stdout.strip()
+
+
+def run_case(src: Path | None, args: list[str]) -> dict[str, float]:
     """One replay process: wall seconds, engine-loop seconds, requests, peak RSS (MB)."""
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as out:
         cmd = [sys.executable, "-m", "prefillkit.cli", "replay", "-q", "--json", "--out", out]
-        env = {**os.environ, "PYTHONPATH": str(src)}
+        env = _env(src)
         t0 = time.perf_counter()
         with tempfile.TemporaryFile() as stdout:
-            proc = subprocess.Popen([*cmd, *args], env=env, stdout=stdout, cwd=ROOT)
+            proc = subprocess.Popen(
+                [*cmd, *args], env=env, stdout=stdout, cwd=tempfile.gettempdir()
+            )
             _, status, usage = os.wait4(proc.pid, 0)
             wall = time.perf_counter() - t0
             if status != 0:
@@ -89,14 +111,19 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--no-mooncake", action="store_true")
     ap.add_argument("--src", type=Path, default=ROOT / "src", help="the tree to run")
+    ap.add_argument(
+        "--installed", action="store_true", help="run the installed build instead of --src"
+    )
     a = ap.parse_args()
+    src = None if a.installed else a.src.resolve()
+    print(f"build: {which_build(src)}", flush=True)
     rows: list[tuple[str, dict[str, float]]] = []
     if not a.no_mooncake:
-        rows.append(("mooncake", run_case(a.src, ["--trace", str(TRACE), *MOONCAKE_FLAGS])))
+        rows.append(("mooncake", run_case(src, ["--trace", str(TRACE), *MOONCAKE_FLAGS])))
         print_row(*rows[-1])
     sized: list[dict[str, float]] = []
     for n in a.sizes:
-        r = run_case(a.src, agentic_args(n))
+        r = run_case(src, agentic_args(n))
         sized.append(r)
         rows.append((f"agentic-{n}", r))
         print_row(*rows[-1])

@@ -23,7 +23,7 @@ import prefillkit.sim.output as output
 from prefillkit.app.settings import Config, describe
 from prefillkit.cli import run
 from prefillkit.request import Request
-from prefillkit.sim.metrics import BatchTrace
+from prefillkit.sim.engine import SimResult
 from prefillkit.sim.output import (
     BATCHES_FILE,
     REQUESTS_FILE,
@@ -150,21 +150,18 @@ def test_failure_mid_write_keeps_the_previous_file(
     assert _leftovers(tmp_path) == []
 
 
-class _Result:
-    """A minimal stand-in for ``SimResult`` (write_run reads these fields only)."""
-
-    def __init__(self, n: int) -> None:
-        self.requests = [Request(f"r{i}", float(i), 10 + i, 1, [], 1) for i in range(n)]
-        self.batches: list[Any] = []
-        self.summary: dict[str, Any] = {"requests": n, "wall_time_s": 0.1}
-        self.deployment: dict[str, Any] = {"total_pages": 1}
-        self.partial = False
-        self.trace = BatchTrace(())
-        self.cache_classes: dict[str, str] = {}
+def _result(n: int) -> SimResult:
+    """A minimal ``SimResult`` of ``n`` unfinished requests (what write_run reads)."""
+    return SimResult(
+        requests=[Request(f"r{i}", float(i), 10 + i, 1, [], 1) for i in range(n)],
+        batches=[],
+        summary={"requests": n, "wall_time_s": 0.1},
+        deployment={"total_pages": 1},
+    )
 
 
 def _write(folder: Path, n: int) -> None:
-    result: Any = _Result(n)
+    result = _result(n)
     doc = summary_document(result, name="t", config=describe(Config()), workload={"source": "x"})
     write_run(result, folder, doc)
 
