@@ -27,7 +27,10 @@ class _LazyModule(ModuleType):
 def lazy_module(name: str) -> Any:
     """``name`` (e.g. ``"numpy"``), imported when first used: start-up of a command that
     never touches it (``prefillkit --help``) does not pay its import. Use as
-    ``np = lazy_module("numpy")`` beside ``if TYPE_CHECKING: import numpy as np``."""
+    ``np = lazy_module("numpy")`` beside ``if TYPE_CHECKING: import numpy as np``.
+
+    NOTE: not in a module that setup.py compiles: mypyc takes that ``else`` branch for
+    unreachable and the import fails; import numpy inside the functions there."""
     return _LazyModule(name)
 
 
