@@ -126,3 +126,13 @@ def test_a_streaming_engine_refuses_arrivals_out_of_order() -> None:
             for i, t in enumerate((0.0, 2.0, 1.0))]  # fmt: skip
     with pytest.raises(SimConfigError, match="must arrive in order: 'r2'"):
         Engine(Config(tp_size=8).sim_settings(), iter(reqs)).run()
+
+
+def test_batch_rows_follow_the_batch_columns() -> None:
+    """The collector writes a batch row as BatchRecord's values, the rids, then the
+    breakdown terms: batches.csv's header must list the same columns in that order."""
+    from prefillkit.sim.collect import _BATCH_FIELDS
+    from prefillkit.sim.metrics import BATCH_COLUMNS, batch_columns
+
+    assert (*_BATCH_FIELDS, "rids") == BATCH_COLUMNS
+    assert batch_columns(["a", "total", "b"]) == (*BATCH_COLUMNS, "t_a_s", "t_b_s")

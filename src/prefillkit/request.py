@@ -75,8 +75,17 @@ def block_key_chain(
     n_units = min(input_len // key_tokens, len(hash_ids) // per)
     if n_units == 0:
         return []
-    mask = 0xFFFF_FFFF_FFFF_FFFF
-    return _chain(array("Q", [int(x) & mask for x in hash_ids[: n_units * per]]).tobytes(), per * 8)
+    return _chain(_u64_bytes(hash_ids[: n_units * per]), per * 8)
+
+
+def _u64_bytes(ids: Sequence[int]) -> bytes:
+    """``ids`` as unsigned 64-bit integers (each taken mod 2**64), native byte order."""
+    try:
+        # NOTE: the common case, ids in [0, 2**64): the same bytes as the masked path.
+        return array("Q", ids).tobytes()
+    except (OverflowError, TypeError):
+        mask = 0xFFFF_FFFF_FFFF_FFFF
+        return array("Q", [int(x) & mask for x in ids]).tobytes()
 
 
 def key_tokens_for_blocks(page_size: int, block_size: int) -> int:
@@ -113,15 +122,14 @@ def in_batch_head_from_blocks(
     n = -(-t // block_size)
     if input_len < t or len(hash_ids) < n:
         return None
-    mask = (1 << 64) - 1
-    return xxhash.xxh3_64_intdigest(array("Q", [int(x) & mask for x in hash_ids[:n]]).tobytes())
+    return xxhash.xxh3_64_intdigest(_u64_bytes(hash_ids[:n]))
 
 
 def _head_extra(head: int | None) -> dict[str, object]:
     return {} if head is None else {IN_BATCH_HEAD: head}
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Request:
     """One prefill request plus its per-pass admission state.
 
@@ -141,69 +149,120 @@ class Request:
     ignore_eos: bool = False
 
     # ---- admission state (owned by the scheduler) ----
-    status: ReqStatus = ReqStatus.WAITING
+    status: ReqStatus = field(init=False, default=ReqStatus.WAITING)
     # Tokens already computed or cached for this request: its *true prefix*.
-    computed_tokens: int = 0
+    computed_tokens: int = field(init=False, default=0)
     # Result of the last in-scan match.
-    device_prefix_len: int = 0
-    host_hit_len: int = 0
+    device_prefix_len: int = field(init=False, default=0)
+    host_hit_len: int = field(init=False, default=0)
     # prefix_len after load-back planning (device prefix + loaded host tokens).
-    prefix_len: int = 0
-    loaded_tokens: int = 0
-    extend_input_len: int = 0
+    prefix_len: int = field(init=False, default=0)
+    loaded_tokens: int = field(init=False, default=0)
+    extend_input_len: int = field(init=False, default=0)
     # Node whose root path this request holds a device lock on (None: no lock).
-    locked_node: Node | None = None
+    locked_node: Node | None = field(init=False, default=None)
     # Pages [owned_start_page, owned_end_page) are allocated to the request and not
     # (yet) in the cache. NOTE: owned_start_page is always key-unit aligned.
-    owned_start_page: int = 0
-    owned_end_page: int = 0
+    owned_start_page: int = field(init=False, default=0)
+    owned_end_page: int = field(init=False, default=0)
     # The page ids of those owned pages: a lane table (cache/pages.py) of sequence pages
     # [owned_start_page, owned_end_page). The pages before owned_start_page are those of
     # the locked prefix (locked_node's path): the two together are the request's page
     # table (the engine's req_to_token row). NOTE: empty ([]) while it owns no pages.
-    owned_pages: list[array] = field(default_factory=list)
+    owned_pages: list[array] = field(init=False, default_factory=list)
     # The pages the step in flight allocated (cache/pages.py ``Pending``): they join
     # owned_pages when its forward is done. NOTE: None outside a forward.
-    pending_pages: Pending | None = None
+    pending_pages: Pending | None = field(init=False, default=None)
     # Output tokens produced so far (colocated decode); kept across a requeue.
-    output_len: int = 0
+    output_len: int = field(init=False, default=0)
     # Passes in which affinity skipped (deferred) this request, at any queue position;
     # the K bound compares it. NOTE: "head" is historical (the knob's name).
-    head_defers: int = 0
+    head_defers: int = field(init=False, default=0)
     # Last match length in units and the node holding its last unit (the root when
     # nothing matched): the next pass confirms the match from the node alone (see
     # sched/matching.py). NOTE: match_node is a node of the cache of the scheduler the
     # request was added to (add_request sets both).
-    match_hint: int = 0
-    match_node: Node | None = None
+    match_hint: int = field(init=False, default=0)
+    match_node: Node | None = field(init=False, default=None)
 
     # ---- metrics ----
-    first_scheduled_time: float | None = None
-    first_token_time: float | None = None
-    finish_time: float | None = None
-    num_chunks: int = 0
-    device_hit_tokens: int = 0
-    host_hit_tokens: int = 0
-    reject_reason: str | None = None
+    first_scheduled_time: float | None = field(init=False, default=None)
+    first_token_time: float | None = field(init=False, default=None)
+    finish_time: float | None = field(init=False, default=None)
+    num_chunks: int = field(init=False, default=0)
+    device_hit_tokens: int = field(init=False, default=0)
+    host_hit_tokens: int = field(init=False, default=0)
+    reject_reason: str | None = field(init=False, default=None)
     # Priority preemptions and decode retractions of this request (each requeues it).
-    preemptions: int = 0
-    retractions: int = 0
+    preemptions: int = field(init=False, default=0)
+    retractions: int = field(init=False, default=0)
     # Tokens prefilled again after a requeue (prompt and kept output; chunks summed).
-    requeue_recomputed_tokens: int = 0
+    requeue_recomputed_tokens: int = field(init=False, default=0)
     # Seconds from each requeue until its re-prefill completed (decoding resumes),
     # summed; requeued_time is the pending requeue's time (None: none pending).
-    requeue_lost_s: float = 0.0
-    requeued_time: float | None = None
+    requeue_lost_s: float = field(init=False, default=0.0)
+    requeued_time: float | None = field(init=False, default=None)
     extra: dict[str, object] = field(default_factory=dict)
     # Units a match may cover: at least one prompt token is always computed.
-    # NOTE: derived in __post_init__ and again on a requeue (input_len grows then).
+    # NOTE: derived in __init__ and again on a requeue (input_len grows then).
     max_match_units: int = field(init=False, default=0)
     # The prompt's length (input_len on arrival; never changes).
     prompt_len: int = field(init=False, default=0)
 
-    def __post_init__(self) -> None:
-        self.prompt_len = self.input_len
-        self.max_match_units = min(len(self.keys), (self.input_len - 1) // self.key_tokens)
+    # NOTE: written out so that the compiled build compiles it (the generated one stays
+    # interpreted; see sched/buffer.py ReqShape). The constructor takes what a request
+    # is; every state and metrics field starts at its value below.
+    def __init__(
+        self,
+        rid: str,
+        arrival_time: float,
+        input_len: int,
+        max_new_tokens: int,
+        keys: list[int],
+        key_tokens: int,
+        priority: int = 0,
+        ignore_eos: bool = False,
+        extra: dict[str, object] | None = None,
+    ) -> None:
+        self.rid = rid
+        self.arrival_time = arrival_time
+        self.input_len = input_len
+        self.max_new_tokens = max_new_tokens
+        self.keys = keys
+        self.key_tokens = key_tokens
+        self.priority = priority
+        self.ignore_eos = ignore_eos
+        self.status = ReqStatus.WAITING
+        self.computed_tokens = 0
+        self.device_prefix_len = 0
+        self.host_hit_len = 0
+        self.prefix_len = 0
+        self.loaded_tokens = 0
+        self.extend_input_len = 0
+        self.locked_node = None
+        self.owned_start_page = 0
+        self.owned_end_page = 0
+        self.owned_pages = []
+        self.pending_pages = None
+        self.output_len = 0
+        self.head_defers = 0
+        self.match_hint = 0
+        self.match_node = None
+        self.first_scheduled_time = None
+        self.first_token_time = None
+        self.finish_time = None
+        self.num_chunks = 0
+        self.device_hit_tokens = 0
+        self.host_hit_tokens = 0
+        self.reject_reason = None
+        self.preemptions = 0
+        self.retractions = 0
+        self.requeue_recomputed_tokens = 0
+        self.requeue_lost_s = 0.0
+        self.requeued_time = None
+        self.extra = {} if extra is None else extra
+        self.max_match_units = min(len(keys), (input_len - 1) // key_tokens)
+        self.prompt_len = input_len
 
     @classmethod
     def from_tokens(

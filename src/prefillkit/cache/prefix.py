@@ -36,7 +36,7 @@ from prefillkit.cache.pages import empty_table, global_ids
 from prefillkit.cache.pool import KVPool, lane_split
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class MatchResult:
     """Longest cached prefix of a key chain.
 
@@ -49,12 +49,20 @@ class MatchResult:
     device_node: Node
     device_units: int
 
+    # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
+    # ReqShape).
+    def __init__(self, node: Node, units: int, device_node: Node, device_units: int) -> None:
+        self.node = node
+        self.units = units
+        self.device_node = device_node
+        self.device_units = device_units
+
     @property
     def host_units(self) -> int:
         return self.units - self.device_units
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LoadBack:
     """A completed host -> device load of the path ``(boundary, deepest]``.
 
@@ -70,6 +78,22 @@ class LoadBack:
     pages: int
     tokens: int
     copies: tuple[tuple[int, array, list[array]], ...] = ()
+
+    # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
+    # ReqShape).
+    def __init__(
+        self,
+        deepest: Node,
+        boundary: Node,
+        pages: int,
+        tokens: int,
+        copies: tuple[tuple[int, array, list[array]], ...] = (),
+    ) -> None:
+        self.deepest = deepest
+        self.boundary = boundary
+        self.pages = pages
+        self.tokens = tokens
+        self.copies = copies
 
     def copy_pairs(self) -> list[tuple[int, int]]:
         """``(host slot, engine-facing device page id)`` per loaded page, in order."""

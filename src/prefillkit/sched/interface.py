@@ -51,7 +51,7 @@ def limit_of(reason: CloseReason) -> CloseReason | None:
     return None if reason in _NOT_LIMITS else reason
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ScheduledReq:
     """One request of a step (a snapshot: later steps do not change it).
 
@@ -86,6 +86,40 @@ class ScheduledReq:
     load_back: tuple[tuple[int, int], ...]
     is_chunk: bool
 
+    # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
+    # ReqShape).
+    def __init__(
+        self,
+        req: Request,
+        rid: str,
+        prefix_len: int,
+        loaded_tokens: int,
+        extend_start: int,
+        extend_end: int,
+        prefix_node: Node | None,
+        prefix_node_pages: int,
+        unit_pages: int,
+        prefix_owned: tuple[array, ...],
+        new_start_page: int,
+        pending: Pending,
+        load_back: tuple[tuple[int, int], ...],
+        is_chunk: bool,
+    ) -> None:
+        object.__setattr__(self, "req", req)
+        object.__setattr__(self, "rid", rid)
+        object.__setattr__(self, "prefix_len", prefix_len)
+        object.__setattr__(self, "loaded_tokens", loaded_tokens)
+        object.__setattr__(self, "extend_start", extend_start)
+        object.__setattr__(self, "extend_end", extend_end)
+        object.__setattr__(self, "prefix_node", prefix_node)
+        object.__setattr__(self, "prefix_node_pages", prefix_node_pages)
+        object.__setattr__(self, "unit_pages", unit_pages)
+        object.__setattr__(self, "prefix_owned", prefix_owned)
+        object.__setattr__(self, "new_start_page", new_start_page)
+        object.__setattr__(self, "pending", pending)
+        object.__setattr__(self, "load_back", load_back)
+        object.__setattr__(self, "is_chunk", is_chunk)
+
     @property
     def new_pages(self) -> tuple[array, ...]:
         """The new pages per owner lane (lane-local ids), from ``pending`` (the batch's
@@ -115,7 +149,7 @@ class ScheduledReq:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class StepOutput:
     """The result of one admission pass (empty: ``reqs == ()``).
 
@@ -144,6 +178,44 @@ class StepOutput:
     stop_bound: str | None = None
     preempted: tuple[Request, ...] = ()
     handle: PrefillBatch | None = None
+
+    # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
+    # ReqShape).
+    def __init__(
+        self,
+        reqs: tuple[ScheduledReq, ...],
+        stop_reason: CloseReason,
+        limit: CloseReason | None,
+        extend_tokens: int = 0,
+        cached_tokens: int = 0,
+        load_back_tokens: int = 0,
+        buffer_bytes: int = 0,
+        lead_class: str = "none",
+        has_chunked: bool = False,
+        waiting_len: int = 0,
+        skips: int = 0,
+        defers: int = 0,
+        stops: int = 0,
+        stop_bound: str | None = None,
+        preempted: tuple[Request, ...] = (),
+        handle: PrefillBatch | None = None,
+    ) -> None:
+        object.__setattr__(self, "reqs", reqs)
+        object.__setattr__(self, "stop_reason", stop_reason)
+        object.__setattr__(self, "limit", limit)
+        object.__setattr__(self, "extend_tokens", extend_tokens)
+        object.__setattr__(self, "cached_tokens", cached_tokens)
+        object.__setattr__(self, "load_back_tokens", load_back_tokens)
+        object.__setattr__(self, "buffer_bytes", buffer_bytes)
+        object.__setattr__(self, "lead_class", lead_class)
+        object.__setattr__(self, "has_chunked", has_chunked)
+        object.__setattr__(self, "waiting_len", waiting_len)
+        object.__setattr__(self, "skips", skips)
+        object.__setattr__(self, "defers", defers)
+        object.__setattr__(self, "stops", stops)
+        object.__setattr__(self, "stop_bound", stop_bound)
+        object.__setattr__(self, "preempted", preempted)
+        object.__setattr__(self, "handle", handle)
 
     @property
     def empty(self) -> bool:

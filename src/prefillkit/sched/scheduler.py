@@ -60,7 +60,7 @@ from prefillkit.sched.preempt import pick_victims
 _REASON_KEY: dict[CloseReason, str] = {r: r.value for r in CloseReason}
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PrefillBatch:
     """One admitted prefill batch. Per-request shapes are on the requests
     (``prefix_len``, ``extend_input_len``, ``loaded_tokens``) until ``prefill_done``."""
@@ -90,6 +90,48 @@ class PrefillBatch:
     # own: ``extend_tokens`` (page-ceiled) and ``cached_tokens`` (true prefixes).
     log_input_tokens: int = 0
     log_hit_tokens: int = 0
+
+    # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
+    # ReqShape).
+    def __init__(
+        self,
+        reqs: list[Request],
+        load_backs: list[LoadBack],
+        extend_tokens: int,
+        cached_tokens: int,
+        load_back_tokens: int,
+        buffer_bytes: int,
+        lead_class: str,
+        closed_by: str,
+        has_chunked: bool,
+        waiting_len: int,
+        policy_used: str,
+        skips: int = 0,
+        defers: int = 0,
+        stops: int = 0,
+        stop_bound: str | None = None,
+        preempted: list[Request] | None = None,
+        log_input_tokens: int = 0,
+        log_hit_tokens: int = 0,
+    ) -> None:
+        self.reqs = reqs
+        self.load_backs = load_backs
+        self.extend_tokens = extend_tokens
+        self.cached_tokens = cached_tokens
+        self.load_back_tokens = load_back_tokens
+        self.buffer_bytes = buffer_bytes
+        self.lead_class = lead_class
+        self.closed_by = closed_by
+        self.has_chunked = has_chunked
+        self.waiting_len = waiting_len
+        self.policy_used = policy_used
+        self.skips = skips
+        self.defers = defers
+        self.stops = stops
+        self.stop_bound = stop_bound
+        self.preempted = [] if preempted is None else preempted
+        self.log_input_tokens = log_input_tokens
+        self.log_hit_tokens = log_hit_tokens
 
 
 @dataclass(slots=True)

@@ -43,11 +43,20 @@ CACHED_COLUMNS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class CachedSplit:
     device_hit_tokens: int = 0
     host_hit_tokens: int = 0
     carried_prefix_tokens: int = 0
+
+    # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
+    # ReqShape).
+    def __init__(
+        self, device_hit_tokens: int = 0, host_hit_tokens: int = 0, carried_prefix_tokens: int = 0
+    ) -> None:
+        object.__setattr__(self, "device_hit_tokens", device_hit_tokens)
+        object.__setattr__(self, "host_hit_tokens", host_hit_tokens)
+        object.__setattr__(self, "carried_prefix_tokens", carried_prefix_tokens)
 
     @property
     def total(self) -> int:

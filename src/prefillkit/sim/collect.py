@@ -44,6 +44,8 @@ __all__ = ["RowSink", "RunCollector", "TimelineSink", "summary_from_columns"]
 NAN = math.nan
 
 #: BatchRecord's fields in order (its ``row()`` without ``dataclasses.asdict``'s copies).
+# NOTE: BATCH_COLUMNS is these fields and "rids" (test_streaming checks): a batch row is
+# their values in that order, then the breakdown terms.
 _BATCH_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(BatchRecord))
 _batch_values = operator.attrgetter(*_BATCH_FIELDS)
 
@@ -53,7 +55,9 @@ class RowSink(Protocol):
 
     def request_row(self, row: dict[str, Any]) -> None: ...
 
-    def batch_row(self, row: dict[str, Any]) -> None: ...
+    def batch_row(self, values: list[Any]) -> None:
+        """One batch's values in ``batch_columns(breakdown_keys)`` order."""
+        ...
 
 
 class TimelineSink(Protocol):
@@ -146,10 +150,10 @@ class RunCollector:
         if self.timeline is not None:
             self.timeline.batch(reqs, record)
         if self.sink is not None:
-            row = dict(zip(_BATCH_FIELDS, _batch_values(record), strict=True))
-            row["rids"] = " ".join(r.rid for r in reqs)
+            row = list(_batch_values(record))
+            row.append(" ".join(r.rid for r in reqs))
             for k in self.terms:
-                row[f"t_{k}_s"] = breakdown[k]
+                row.append(breakdown[k])
             self.sink.batch_row(row)
 
     def done(self, req: Request) -> None:

@@ -74,7 +74,7 @@ BATCH_COLUMNS = (
 TOTAL_KEY = "total"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BatchRecord:
     batch_id: int
     start_s: float
@@ -93,6 +93,46 @@ class BatchRecord:
     waiting_len: int
     skips: int
     defers: int
+
+    # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
+    # ReqShape).
+    def __init__(
+        self,
+        batch_id: int,
+        start_s: float,
+        duration_s: float,
+        size: int,
+        raw_extend_tokens: int,
+        cached_tokens: int,
+        device_hit_tokens: int,
+        host_hit_tokens: int,
+        carried_prefix_tokens: int,
+        load_back_tokens: int,
+        buffer_bytes: int,
+        lead_class: str,
+        closed_by: str,
+        has_chunked: bool,
+        waiting_len: int,
+        skips: int,
+        defers: int,
+    ) -> None:
+        self.batch_id = batch_id
+        self.start_s = start_s
+        self.duration_s = duration_s
+        self.size = size
+        self.raw_extend_tokens = raw_extend_tokens
+        self.cached_tokens = cached_tokens
+        self.device_hit_tokens = device_hit_tokens
+        self.host_hit_tokens = host_hit_tokens
+        self.carried_prefix_tokens = carried_prefix_tokens
+        self.load_back_tokens = load_back_tokens
+        self.buffer_bytes = buffer_bytes
+        self.lead_class = lead_class
+        self.closed_by = closed_by
+        self.has_chunked = has_chunked
+        self.waiting_len = waiting_len
+        self.skips = skips
+        self.defers = defers
 
     @property
     def extend_tokens(self) -> int:

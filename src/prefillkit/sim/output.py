@@ -370,9 +370,9 @@ class StreamingRunWriter:
         get, cell = row.get, _fast_cell
         self._req.writerow([cell(get(c)) for c in self._req_cols])
 
-    def batch_row(self, row: dict[str, Any]) -> None:
-        get, cell = row.get, _fast_cell
-        self._batch.writerow([cell(get(c)) for c in self._batch_cols])
+    def batch_row(self, values: list[Any]) -> None:
+        cell = _fast_cell
+        self._batch.writerow([cell(v) for v in values])
 
     def commit(self, document: Mapping[str, Any]) -> None:
         """Finish the CSVs and write ``summary.json`` (``document`` plus the manifest)."""

@@ -9,7 +9,7 @@ from prefillkit.request import Request
 __all__ = ["TraceRecord", "to_request"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class TraceRecord:
     """A request of a workload, before it becomes a scheduler ``Request``.
 
@@ -35,7 +35,32 @@ class TraceRecord:
     # applies upstream's full-output admission rule to it.
     ignore_eos: bool = False
 
-    def __post_init__(self) -> None:
+    # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
+    # ReqShape).
+    def __init__(
+        self,
+        rid: str,
+        arrival_s: float,
+        input_len: int,
+        output_len: int,
+        hash_ids: tuple[int, ...] | None,
+        block_size: int | None,
+        tokens: tuple[int, ...] | None,
+        priority: int = 0,
+        ignore_eos: bool = False,
+    ) -> None:
+        object.__setattr__(self, "rid", rid)
+        object.__setattr__(self, "arrival_s", arrival_s)
+        object.__setattr__(self, "input_len", input_len)
+        object.__setattr__(self, "output_len", output_len)
+        object.__setattr__(self, "hash_ids", hash_ids)
+        object.__setattr__(self, "block_size", block_size)
+        object.__setattr__(self, "tokens", tokens)
+        object.__setattr__(self, "priority", priority)
+        object.__setattr__(self, "ignore_eos", ignore_eos)
+        self._check()
+
+    def _check(self) -> None:
         if self.input_len <= 0:
             raise ValueError(f"{self.rid}: input_len must be > 0, got {self.input_len}")
         if self.output_len < 0:
@@ -50,6 +75,21 @@ class TraceRecord:
             raise ValueError(
                 f"{self.rid}: {len(self.tokens)} tokens but input_len is {self.input_len}"
             )
+
+    def at(self, arrival_s: float) -> TraceRecord:
+        """This record arriving at ``arrival_s``: ``dataclasses.replace(self,
+        arrival_s=...)`` spelled out, which the compiled build compiles."""
+        return TraceRecord(
+            self.rid,
+            arrival_s,
+            self.input_len,
+            self.output_len,
+            self.hash_ids,
+            self.block_size,
+            self.tokens,
+            self.priority,
+            self.ignore_eos,
+        )
 
     @property
     def num_blocks(self) -> int | None:

@@ -19,7 +19,7 @@ import math
 import os
 import statistics
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from prefillkit.workloads.azure import iter_azure
 from prefillkit.workloads.bailian import iter_bailian
@@ -213,10 +213,7 @@ def _retime(records: list[TraceRecord], options: ReplayOptions, source: str) -> 
         scale = len(times) / (span * options.rate)
     if scale != 1.0:
         times = [t * scale for t in times]
-    return [
-        r if r.arrival_s == t else replace(r, arrival_s=t)
-        for r, t in zip(records, times, strict=True)
-    ]
+    return [r if r.arrival_s == t else r.at(t) for r, t in zip(records, times, strict=True)]
 
 
 def _iter_retime(
@@ -239,7 +236,7 @@ def _iter_retime(
     def emit(rec: TraceRecord, t: float) -> TraceRecord:
         if scale != 1.0:
             t = t * scale
-        return rec if rec.arrival_s == t else replace(rec, arrival_s=t)
+        return rec if rec.arrival_s == t else rec.at(t)
 
     if not options.spread_buckets:
         yield emit(first, first.arrival_s - t0)
