@@ -115,3 +115,38 @@ def test_time_lost_to_requeues_is_a_separate_column(example: SimResult) -> None:
         assert r.finish_time is not None
         assert row["requeue_lost_s"] < r.finish_time - r.arrival_time
         assert row["ttft_s"] < 0.5  # the lost time is not in TTFT
+
+
+def test_every_request_column_names_its_own_value() -> None:
+    """request_row's values are positional (request_values): each column must carry the
+    field it names (distinct values everywhere, so a swap shows)."""
+    r = Request("r7", 1.0, 100, 9, [], 1, priority=3)
+    r.first_scheduled_time, r.first_token_time = 1.5, 3.0
+    r.num_chunks, r.device_hit_tokens, r.host_hit_tokens = 2, 40, 20
+    r.status, r.reject_reason = ReqStatus.FINISHED, "why"
+    r.preemptions, r.retractions, r.requeue_recomputed_tokens = 4, 5, 6
+    r.requeue_lost_s, r.head_defers = 0.25, 8
+    assert request_row(r, [10, 11], "warm") == {
+        "rid": "r7",
+        "arrival_s": 1.0,
+        "first_scheduled_s": 1.5,
+        "first_token_s": 3.0,
+        "ttft_s": 2.0,
+        "queueing_s": 0.5,
+        "input_len": 100,
+        "max_new_tokens": 9,
+        "num_chunks": 2,
+        "device_hit_tokens": 40,
+        "host_hit_tokens": 20,
+        "recomputed_tokens": 40,
+        "priority": 3,
+        "status": "finished",
+        "reject_reason": "why",
+        "preemptions": 4,
+        "retractions": 5,
+        "requeue_recomputed_tokens": 6,
+        "requeue_lost_s": 0.25,
+        "affinity_skips": 8,
+        "cache_class": "warm",
+        "batch_ids": "10 11",
+    }

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prefillkit.request import ReqStatus, Request
-from prefillkit.sim.metrics import BatchRecord, cache_class, percentile, request_row
+from prefillkit.sim.metrics import BatchRecord, cache_class, percentile, request_values
 from prefillkit.sim.slo import DEFAULT_PERCENTILES, latency_metrics_columns
 from prefillkit.sim.steady import CLASS_CODES, steady_metrics_columns
 
@@ -51,9 +51,11 @@ _batch_values = operator.attrgetter(*_BATCH_FIELDS)
 
 
 class RowSink(Protocol):
-    """Where a streaming run's rows go (column name -> value, as ``request_row``)."""
+    """Where a streaming run's rows go: each a list of values in its file's column order."""
 
-    def request_row(self, row: dict[str, Any]) -> None: ...
+    def request_row(self, values: list[Any]) -> None:
+        """One request's values in ``REQUEST_COLUMNS`` order."""
+        ...
 
     def batch_row(self, values: list[Any]) -> None:
         """One batch's values in ``batch_columns(breakdown_keys)`` order."""
@@ -107,7 +109,7 @@ class RunCollector:
         self._live: dict[int, Request] = {}
         self._batch_ids: dict[Request, list[int]] = {}
         self._first_hit: dict[Request, int] = {}
-        self._pending: dict[int, dict[str, Any] | None] = {}
+        self._pending: dict[int, list[Any] | None] = {}
         self._next_row = 0
 
     def __len__(self) -> int:
@@ -191,7 +193,7 @@ class RunCollector:
         self._flush()
 
     # ------------------------------------------------------------------ internals
-    def _fill(self, seq: int, req: Request, *, keep_row: bool) -> dict[str, Any] | None:
+    def _fill(self, seq: int, req: Request, *, keep_row: bool) -> list[Any] | None:
         if req.first_token_time is not None:
             self.first_token[seq] = req.first_token_time
             sums = self.done_sums
@@ -212,7 +214,7 @@ class RunCollector:
             self.timeline.request(seq, req, klass)
         if not keep_row or self.sink is None:
             return None
-        return request_row(req, ids, klass)
+        return request_values(req, ids, klass)
 
     def _flush(self) -> None:
         pending, sink = self._pending, self.sink

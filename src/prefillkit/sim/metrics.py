@@ -285,37 +285,42 @@ def request_row(
     req: Request, batch_ids: Sequence[int] = (), cache_class: str | None = None
 ) -> dict[str, Any]:
     """CSV row of ``req``; ``batch_ids`` are the batches it ran in (one per chunk)."""
+    return dict(zip(REQUEST_COLUMNS, request_values(req, batch_ids, cache_class), strict=True))
+
+
+def request_values(
+    req: Request, batch_ids: Sequence[int] = (), cache_class: str | None = None
+) -> list[Any]:
+    """:func:`request_row`'s values, in ``REQUEST_COLUMNS`` order."""
     ttft = None if req.first_token_time is None else req.first_token_time - req.arrival_time
     queueing = (
         None if req.first_scheduled_time is None else req.first_scheduled_time - req.arrival_time
     )
     computed = req.first_token_time is not None
-    return {
-        "rid": req.rid,
-        "arrival_s": req.arrival_time,
-        "first_scheduled_s": req.first_scheduled_time,
-        "first_token_s": req.first_token_time,
-        "ttft_s": ttft,
-        "queueing_s": queueing,
-        "input_len": req.prompt_len,
-        "max_new_tokens": req.max_new_tokens,
-        "num_chunks": req.num_chunks,
-        "device_hit_tokens": req.device_hit_tokens,
-        "host_hit_tokens": req.host_hit_tokens,
-        "recomputed_tokens": (
-            req.prompt_len - req.device_hit_tokens - req.host_hit_tokens if computed else None
-        ),
-        "priority": req.priority,
-        "status": request_status(req),
-        "reject_reason": req.reject_reason,
-        "preemptions": req.preemptions,
-        "retractions": req.retractions,
-        "requeue_recomputed_tokens": req.requeue_recomputed_tokens,
-        "requeue_lost_s": req.requeue_lost_s,
-        "affinity_skips": req.head_defers,
-        "cache_class": cache_class,
-        "batch_ids": " ".join(map(str, batch_ids)),
-    }
+    return [
+        req.rid,
+        req.arrival_time,
+        req.first_scheduled_time,
+        req.first_token_time,
+        ttft,
+        queueing,
+        req.prompt_len,
+        req.max_new_tokens,
+        req.num_chunks,
+        req.device_hit_tokens,
+        req.host_hit_tokens,
+        req.prompt_len - req.device_hit_tokens - req.host_hit_tokens if computed else None,
+        req.priority,
+        request_status(req),
+        req.reject_reason,
+        req.preemptions,
+        req.retractions,
+        req.requeue_recomputed_tokens,
+        req.requeue_lost_s,
+        req.head_defers,  # affinity_skips
+        cache_class,
+        " ".join(map(str, batch_ids)),
+    ]
 
 
 def summarize(

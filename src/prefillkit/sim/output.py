@@ -366,9 +366,9 @@ class StreamingRunWriter:
         self._req.writerow(self._req_cols)
         self._batch.writerow(self._batch_cols)
 
-    def request_row(self, row: dict[str, Any]) -> None:
-        get, cell = row.get, _fast_cell
-        self._req.writerow([cell(get(c)) for c in self._req_cols])
+    def request_row(self, values: list[Any]) -> None:
+        cell = _fast_cell
+        self._req.writerow([cell(v) for v in values])
 
     def batch_row(self, values: list[Any]) -> None:
         cell = _fast_cell

@@ -153,12 +153,18 @@ def _reject_constant(name: str) -> Any:
     raise RowError(f"non-finite number {name}")
 
 
+#: ``json.loads(text, parse_constant=_reject_constant)`` builds this decoder per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def parse_json_object(text: str) -> dict[str, Any] | None:
     """Parse one JSONL line; None for a blank line. Rejects NaN/Infinity and non-objects."""
     if not text.strip():
         return None
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        if text.startswith("\ufeff"):  # what json.loads checks before decoding
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        obj = _DECODER.decode(text)
     except json.JSONDecodeError as e:
         raise RowError(f"invalid JSON ({e.msg}, column {e.colno})") from None
     except RowError:
