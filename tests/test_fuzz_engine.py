@@ -708,6 +708,13 @@ def check_end_state(sc: Scenario, engine: Engine, result: SimResult) -> None:
         if req.status is ReqStatus.REJECTED:
             rejected += 1
             assert req.reject_reason, req.rid
+            requeued = f"requeued with {req.output_len} output tokens kept: "
+            if req.reject_reason.startswith(requeued):
+                # Its re-prefill (prompt + kept output) could never pass admission again.
+                assert req.retractions + req.preemptions > 0, req.rid
+                assert reason == req.reject_reason[len(requeued) :], (req.rid, reason)
+                assert req.first_scheduled_time is not None
+                continue
             assert reason == req.reject_reason, (req.rid, reason, req.reject_reason)
             assert req.first_token_time is None and req.first_scheduled_time is None
             continue
@@ -722,7 +729,9 @@ def check_end_state(sc: Scenario, engine: Engine, result: SimResult) -> None:
         if not sched.cfg.chunking_enabled and _requeues(req) == 0:
             assert req.num_chunks == 1, (req.rid, req.num_chunks)
     assert summary["rejected"] == rejected == sched.stats.rejected
-    assert summary["completed"] == len(result.requests) - rejected
+    # Completed: a first token (a request rejected on a requeue may have had one).
+    first_tokens = sum(1 for r in result.requests if r.first_token_time is not None)
+    assert summary["completed"] == first_tokens
     assert summary["stuck"] == 0
     assert summary["unfinished"] == 0
     assert summary["requests"] == len(result.requests)
@@ -1066,6 +1075,47 @@ def test_priority_preemption_and_decode_retraction_do_not_livelock() -> None:
     _, result, _ = replay(sc)
     assert result.summary["completed"] == len(reqs)
     assert result.summary["preemptions"] + result.summary["retractions"] < 100
+
+
+def test_a_requeue_that_can_never_fit_again_is_rejected() -> None:
+    """Found by this fuzz: colocated, a 384-token pool (6 pages), a 253-token prompt
+    retracted after 64 output tokens by a more important request. Its re-prefill (prompt
+    + kept output, 317 tokens) + reserved output + one page is 397 tokens, which never
+    passes the admission memory test: it waited at the head of the queue for ever and the
+    run ended with it unfinished. It is now rejected when it is requeued."""
+    reqs = [
+        ReqSpec(3.0, 253, 100, 0, 0, 0, False, 0),
+        ReqSpec(3.001, 1, 100, 0, 0, 0, True, 3),
+    ]
+    kw: dict[str, Any] = {
+        "debug_check_invariants": True,
+        "tp_size": 2,
+        "cp_size": 2,
+        "page_size": 64,
+        "max_prefill_tokens": 1,
+        "clip_max_new_tokens": 16,
+        "mode": "colocated",
+        "enable_priority_scheduling": True,
+        "priority_scheduling_preemption_threshold": 0,
+        "enable_hierarchical_cache": True,
+        "hicache_write_through_threshold": 1,
+        "hicache_load_back_threshold": 0,
+        "hicache_ratio": 1.01,
+        "max_total_tokens": 384,
+        "schedule_max_wait_s": 5.0,
+    }
+    sc = Scenario(kw, reqs, 1, False)
+    run_scenario(sc)
+    _, result, _ = replay(sc)
+    by_rid = {r.rid: r for r in result.requests}
+    b, a = by_rid["r0"], by_rid["r1"]
+    assert a.status is ReqStatus.FINISHED and b.status is ReqStatus.REJECTED
+    assert b.retractions == 1 and b.output_len == 64 and b.first_token_time is not None
+    assert b.reject_reason is not None
+    assert b.reject_reason.startswith("requeued with 64 output tokens kept: prompt + reserved")
+    assert "397 tokens is not below the KV pool (384 tokens)" in b.reject_reason
+    summary = result.summary
+    assert (summary["completed"], summary["rejected"], summary["unfinished"]) == (2, 1, 0)
 
 
 # --------------------------------------------------------------------------- loaders + CLI

@@ -3,12 +3,14 @@ and writes its rows as it goes; its summary and its files are those of the list 
 
 from __future__ import annotations
 
+import gc
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from prefillkit.app.replay import WorkloadSpec, load_requests, open_workload
+from prefillkit.app.replay import WorkloadSpec, cyclic_gc_paused, load_requests, open_workload
 from prefillkit.app.settings import Config
 from prefillkit.sim.engine import Engine
 from prefillkit.sim.output import StreamingRunWriter, summary_document, write_run
@@ -136,3 +138,48 @@ def test_batch_rows_follow_the_batch_columns() -> None:
 
     assert (*_BATCH_FIELDS, "rids") == BATCH_COLUMNS
     assert batch_columns(["a", "total", "b"]) == (*BATCH_COLUMNS, "t_a_s", "t_b_s")
+
+
+#: Small pools: every configuration evicts; the HiCache one also removes host nodes.
+CYCLE_CONFIGS: dict[str, dict[str, Any]] = {
+    **{name: {**kw, "max_total_tokens": 120_000} for name, kw in CONFIGS.items()},
+    "hicache-full": {**CONFIGS["pd-cp8"], "max_total_tokens": 40_000, "hicache_ratio": 1.2},
+}
+
+
+def _run_without_collector(cfg: Config, sessions: int) -> tuple[Engine, Counter[str]]:
+    """Run with the cyclic collector paused; then what only it could free, by type."""
+    spec = _spec(num_sessions=sessions, session_arrival_rate=2.0)
+    stream = open_workload(spec, page_size=cfg.resolved_page_size, seed=cfg.seed)
+    engine = Engine(cfg.sim_settings(), stream.requests)
+    gc.collect()
+    was_enabled = gc.isenabled()
+    try:
+        with cyclic_gc_paused():
+            engine.run()
+            assert not gc.isenabled()
+        assert gc.isenabled() == was_enabled  # the pause restores the state it found
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        garbage = Counter(type(o).__name__ for o in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was_enabled:
+            gc.enable()
+    return engine, garbage
+
+
+@pytest.mark.parametrize("name", sorted(CYCLE_CONFIGS))
+def test_a_run_leaves_no_reference_cycles(name: str) -> None:
+    """What a run drops, reference counting frees: nothing it leaves behind needs the
+    cyclic collector, which app.replay.cyclic_gc_paused turns off for a simulated run."""
+    cfg = Config(**CYCLE_CONFIGS[name])  # type: ignore[arg-type]
+    _run_without_collector(cfg, 2)  # first use: the imports' own garbage
+    engine, garbage = _run_without_collector(cfg, 150)
+    assert engine.sched.cache.device_evicted_pages > 0  # type: ignore[attr-defined]
+    if name == "hicache-full":
+        host = engine.sched.cache.host  # type: ignore[attr-defined]
+        assert host is not None and host.evicted_pages > 0
+    assert not garbage, garbage

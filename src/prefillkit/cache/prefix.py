@@ -693,6 +693,12 @@ class PrefixCache:
         while stack:
             n = stack.pop()
             stack.extend(n.children.values())
+            # NOTE: the removed nodes drop their links (parent <-> children cycles), so
+            # reference counting frees them at once: nothing follows a removed node's
+            # links (it is on neither tier, which refresh_match checks first).
+            n.children.clear()
+            if n is not node:
+                n.parent = None
             if changed is not None:
                 changed.append(n)
             for key in n.keys:

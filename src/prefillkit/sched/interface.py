@@ -302,7 +302,10 @@ class SchedulerInterface(Protocol):
     def decode_step(self, now: float) -> tuple[list[Request], list[Request]]:
         """One decode step: every decoding request gains a token (a page when it needs
         one). Mutates: page tables, the cache (evictions), the decode set; returns
-        (finished and released, retracted back to the queue)."""
+        (finished and released, retracted back to the queue). A retracted request whose
+        re-prefill (prompt + kept output) could never be admitted is not queued but
+        rejected: status REJECTED, ``reject_reason`` "requeued with N output tokens
+        kept: ...". The same holds for ``StepOutput.preempted``."""
         ...
 
     def finish(self, req: Request, now: float) -> None:

@@ -57,7 +57,10 @@ from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.preempt import pick_victims
 
 #: ``CloseReason`` -> its value (the empty-pass counter key).
+# NOTE: an enum's .value (and a dict literal) per pass is a slow lookup: these are kept.
 _REASON_KEY: dict[CloseReason, str] = {r: r.value for r in CloseReason}
+_LEAD_CLASS: dict[BatchLead, str] = {BatchLead.WARM: "warm", BatchLead.COLD: "cold"}
+_BOUND_KEY: dict[AffinityBound, str] = {b: b.value for b in AffinityBound}
 
 
 @dataclass(slots=True, init=False)
@@ -297,6 +300,9 @@ class Scheduler:
           the evictable pool by as much as it shortens the extend);
         - with CP, the prompt's pages must fit their owner lanes (page j in lane j mod R).
 
+        A requeued request (retracted or preempted) is tested again, its prompt now with
+        the output it keeps (:meth:`_retract`).
+
         Everything else waits, as upstream waits. Deviation (README): with decode
         reservation on (colocated), prompt + the whole output must also fit the pool (per
         owner lane): the decode could never finish it, and this engine has no
@@ -310,7 +316,9 @@ class Scheduler:
         lanes = lane_split(0, pages, cp)
         if any(n > cap for n, cap in zip(lanes, pool.capacity, strict=True)):
             return f"needs {pages} KV pages but the pool holds {pool.total_pages}{lanes_note}"
-        reserved = min(req.max_new_tokens, self.cfg.clip_max_new_tokens)
+        # NOTE: as the adder reserves: the output still to come (a requeued request keeps
+        # its output), clipped.
+        reserved = min(req.max_new_tokens - req.output_len, self.cfg.clip_max_new_tokens)
         need = req.input_len + reserved + p
         if need >= pool.total_pages * p:
             return (
@@ -320,7 +328,7 @@ class Scheduler:
                 "can never pass, even on an empty pool"
             )
         if self.reserve_decode:
-            seq_pages = -(-(req.input_len + req.max_new_tokens) // p)
+            seq_pages = -(-(req.prompt_len + req.max_new_tokens) // p)
             lanes = lane_split(0, seq_pages, cp)
             if any(n > cap for n, cap in zip(lanes, pool.capacity, strict=True)):
                 return (
@@ -576,7 +584,7 @@ class Scheduler:
             return None
         self.last_pass_reason = closed or CloseReason.QUEUE_EMPTY
         batch = self._launch(adder, lead, closed, policy_used, len(skipped), stops, preempted, now)
-        batch.stop_bound = None if stop_bound is None else stop_bound.value
+        batch.stop_bound = None if stop_bound is None else _BOUND_KEY[stop_bound]
         return batch
 
     def _slot_pass_is_idle(self) -> bool:
@@ -731,8 +739,8 @@ class Scheduler:
             cached_tokens=adder.batch_cached_tokens,
             load_back_tokens=adder.batch_load_back_tokens,
             buffer_bytes=adder.batch_buffer_bytes(),
-            lead_class={BatchLead.WARM: "warm", BatchLead.COLD: "cold"}.get(lead, "none"),
-            closed_by=(closed or CloseReason.QUEUE_EMPTY).value,
+            lead_class=_LEAD_CLASS.get(lead, "none"),
+            closed_by=_REASON_KEY[closed or CloseReason.QUEUE_EMPTY],
             has_chunked=adder.has_chunked_req_in_batch,
             waiting_len=len(self._waiting),
             policy_used=policy_used,
@@ -1087,6 +1095,16 @@ class Scheduler:
             req.preemptions += 1
         else:
             req.retractions += 1
+        reason = self.never_fits_reason(req)
+        if reason is not None:
+            # Deviation (README): its re-prefill (prompt + kept output) can never pass
+            # admission, so it is rejected here; upstream requeues it, and it waits at the
+            # head of the queue for ever. The caller sees it among the requeued requests
+            # (decode_step's retracted, StepOutput.preempted) with status REJECTED.
+            req.status = ReqStatus.REJECTED
+            req.reject_reason = f"requeued with {req.output_len} output tokens kept: {reason}"
+            self.stats.rejected += 1
+            return
         self._enqueue(req)
 
     # ------------------------------------------------------------------ preemption

@@ -23,11 +23,11 @@ import heapq
 import itertools
 import math
 import time as wallclock
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prefillkit.request import Request
+from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
 from prefillkit.sched.interface import SchedulerInterface, StepOutput
 from prefillkit.sched.scheduler import Scheduler
@@ -402,11 +402,12 @@ class Engine:
             if payload is not None:
                 self._prefill_done(payload)
             else:
-                finished, _ = self.sched.decode_step(self.now)
+                finished, retracted = self.sched.decode_step(self.now)
                 self.finished += len(finished)
                 if self.collector is not None:
                     for req in finished:
                         self.collector.done(req)
+                self._rejected_on_requeue(retracted)
         elif kind == TRANSFER_DONE:
             self.sched.finish(payload, self.now)
             self.finished += 1
@@ -415,10 +416,20 @@ class Engine:
         elif kind == ARRIVAL:
             self._arrive(payload)
 
+    def _rejected_on_requeue(self, requeued: Sequence[Request]) -> None:
+        """Count the requeued requests the scheduler rejected (they can never fit again)."""
+        for req in requeued:
+            if req.status is ReqStatus.REJECTED:
+                self.finished += 1
+                if self.collector is not None:
+                    self.collector.done(req)
+
     def _start_work(self) -> None:
         sched = self.sched
         if sched.has_work:
             step = sched.schedule(self.now)
+            if step.preempted:
+                self._rejected_on_requeue(step.preempted)
             if step.reqs:
                 if self.runner is not None:
                     breakdown = self.runner.forward(step)
