@@ -35,6 +35,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+# NOTE: before numpy loads (the commands import it). The simulator's numpy work is
+# element-wise and single-threaded; OpenBLAS's idle worker threads still spun, 8 % of the
+# Mooncake replay's CPU time (benchmarks/RESULTS.md). A value the user set is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table

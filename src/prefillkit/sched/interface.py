@@ -223,7 +223,8 @@ class StepOutput:
 
     @property
     def closed_by(self) -> str:
-        return self.stop_reason.value
+        value: str = self.stop_reason._value_  # NOTE: .value is a slow descriptor
+        return value
 
 
 @dataclass(frozen=True, slots=True)

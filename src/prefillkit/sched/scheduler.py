@@ -57,10 +57,6 @@ from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.preempt import pick_victims
 
 #: ``CloseReason`` -> its value (the empty-pass counter key).
-# NOTE: an enum's .value (and a dict literal) per pass is a slow lookup: these are kept.
-_REASON_KEY: dict[CloseReason, str] = {r: r.value for r in CloseReason}
-_LEAD_CLASS: dict[BatchLead, str] = {BatchLead.WARM: "warm", BatchLead.COLD: "cold"}
-_BOUND_KEY: dict[AffinityBound, str] = {b: b.value for b in AffinityBound}
 
 
 @dataclass(slots=True, init=False)
@@ -393,7 +389,7 @@ class Scheduler:
         """Record a pass that admitted nothing (``last_pass_reason`` + the counter)."""
         self.last_pass_reason = reason
         counts = self.stats.empty_passes
-        key = _REASON_KEY[reason]  # NOTE: an enum's .value is a slow descriptor lookup
+        key: str = reason._value_  # NOTE: .value is a descriptor, a dict lookup hashes in Python
         counts[key] = counts.get(key, 0) + 1
 
     def get_new_batch_prefill(self, now: float) -> PrefillBatch | None:
@@ -584,7 +580,7 @@ class Scheduler:
             return None
         self.last_pass_reason = closed or CloseReason.QUEUE_EMPTY
         batch = self._launch(adder, lead, closed, policy_used, len(skipped), stops, preempted, now)
-        batch.stop_bound = None if stop_bound is None else _BOUND_KEY[stop_bound]
+        batch.stop_bound = None if stop_bound is None else stop_bound._value_
         return batch
 
     def _slot_pass_is_idle(self) -> bool:
@@ -739,8 +735,11 @@ class Scheduler:
             cached_tokens=adder.batch_cached_tokens,
             load_back_tokens=adder.batch_load_back_tokens,
             buffer_bytes=adder.batch_buffer_bytes(),
-            lead_class=_LEAD_CLASS.get(lead, "none"),
-            closed_by=_REASON_KEY[closed or CloseReason.QUEUE_EMPTY],
+            # NOTE: no enum-keyed lookups here: an Enum hashes in Python (__hash__).
+            lead_class=(
+                "warm" if lead is BatchLead.WARM else "cold" if lead is BatchLead.COLD else "none"
+            ),
+            closed_by=(closed or CloseReason.QUEUE_EMPTY)._value_,
             has_chunked=adder.has_chunked_req_in_batch,
             waiting_len=len(self._waiting),
             policy_used=policy_used,
