@@ -226,6 +226,27 @@ def test_trace_events_colocated_decode_track() -> None:
     assert any(e["name"] == "decode" for e in xs)
 
 
+def test_decode_steps_are_kept_as_double_pairs() -> None:
+    """A colocated run's decode steps: two arrays of doubles, read as (start, duration)."""
+    from array import array
+
+    from prefillkit.sim.decode_steps import DecodeSteps
+
+    cfg = Config(max_total_tokens=100_000, tp_size=8, page_size=1, mode="colocated")
+    reqs = [tok_req(f"r{i}", list(range(i * 1000, i * 1000 + 300)), i * 0.1) for i in range(3)]
+    res = simulate(cfg.sim_settings(), reqs)
+    steps = res.extra["decode_steps"]
+    assert isinstance(steps, DecodeSteps) and len(steps) > 3
+    pairs = list(steps)
+    assert pairs[0] == steps[0] and pairs[-1] == steps[-1] and steps[1:3] == pairs[1:3]
+    assert all(type(a) is float and type(b) is float and b > 0 for a, b in pairs)
+    assert [a for a, _ in pairs] == sorted(a for a, _ in pairs)
+    assert steps == pairs and steps != pairs[:-1]
+    assert DecodeSteps(array("d", [1.0]), array("d", [2.0])) == [(1.0, 2.0)]
+    with pytest.raises(ValueError, match="1 starts but 0 durations"):
+        DecodeSteps(array("d", [1.0]), array("d"))
+
+
 def _colocated_requests(rejected: bool = False) -> list[Request]:
     """Eight colocated requests with long outputs (a 2,000-token pool retracts one);
     ``rejected``: a ninth whose prompt and output can never fit, at 0.12 s."""

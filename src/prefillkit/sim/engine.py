@@ -23,6 +23,7 @@ import heapq
 import itertools
 import math
 import time as wallclock
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,6 +35,7 @@ from prefillkit.sched.scheduler import Scheduler
 from prefillkit.sim.cached import cached_totals, split_cached
 from prefillkit.sim.collect import RowSink, RunCollector
 from prefillkit.sim.cost import CostModel, ReqShape, cost_model_for_config
+from prefillkit.sim.decode_steps import DecodeSteps
 from prefillkit.sim.gpus import get_gpu
 from prefillkit.sim.metrics import BatchRecord, BatchTrace, summarize
 from prefillkit.sim.settings import SimSettings
@@ -240,8 +242,10 @@ class Engine:
         keys = runner.breakdown_keys if runner is not None else self.cost.breakdown_keys
         self.trace = BatchTrace(tuple(keys))
         # Colocated decode steps keep the executor busy too: (start, duration) each.
-        self._decode_starts: list[float] = []
-        self._decode_durations: list[float] = []
+        # NOTE: arrays of doubles, not lists of floats: one pair per decode step
+        # (sim/decode_steps.py).
+        self._decode_starts = array("d")
+        self._decode_durations = array("d")
         self._heap: list[tuple[float, int, int, int, Any]] = []
         self._seq = 0
         # Requests whose last forward was a chunk (sim/cached.py: continuations).
@@ -343,9 +347,7 @@ class Engine:
             partial=partial,
             trace=self.trace,
             cache_classes=classes,
-            extra={
-                "decode_steps": list(zip(self._decode_starts, self._decode_durations, strict=True))
-            },
+            extra={"decode_steps": DecodeSteps(self._decode_starts, self._decode_durations)},
         )
 
     def _arrive(self, req: Request) -> None:
