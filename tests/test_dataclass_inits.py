@@ -11,11 +11,13 @@ import dataclasses
 import importlib
 import inspect
 import pkgutil
+import sys
 from typing import Any
 
 import pytest
 
 import prefillkit
+from conftest import is_compiled
 from prefillkit.request import ReqStatus, Request
 from prefillkit.workloads.record import TraceRecord
 
@@ -64,6 +66,8 @@ def test_the_hot_classes_are_written_out() -> None:
 @pytest.mark.parametrize("cls", WRITTEN, ids=lambda c: c.__qualname__)
 def test_signature_is_the_init_fields(cls: type) -> None:
     assert "__init__" in vars(cls), f"{cls.__qualname__}: init=False but no __init__"
+    if is_compiled(sys.modules[cls.__module__]):
+        pytest.skip("a compiled __init__ has no signature to read; the source run checks it")
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     fields = [f for f in dataclasses.fields(cls) if f.init]
     assert [p.name for p in params] == [f.name for f in fields]
@@ -80,12 +84,14 @@ def test_signature_is_the_init_fields(cls: type) -> None:
 @pytest.mark.parametrize("cls", WRITTEN, ids=lambda c: c.__qualname__)
 def test_every_field_is_set(cls: type) -> None:
     init = [f for f in dataclasses.fields(cls) if f.init]
+    if cls not in REAL_ARGS and is_compiled(sys.modules[cls.__module__]):
+        pytest.skip("a compiled __init__ checks its argument types; the source run checks it")
     args = REAL_ARGS.get(cls) or {f.name: object() for f in init}
     obj = cls(**args)
     for f in dataclasses.fields(cls):
         value = getattr(obj, f.name)  # AttributeError: __init__ left it unset
         if f.name in args and f.default_factory is dataclasses.MISSING:
-            assert value is args[f.name], f.name
+            assert value == args[f.name], f.name  # NOTE: the sentinels compare by identity
         if not f.init and (cls, f.name) not in DERIVED:
             if f.default is not dataclasses.MISSING:
                 assert value == f.default, f.name
