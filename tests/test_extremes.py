@@ -353,3 +353,30 @@ def test_cli_replay_with_a_never_fitting_request(tmp_path: Path) -> None:
     csv_text = (out / "requests.csv").read_text()
     big = next(line for line in csv_text.splitlines() if line.startswith("big,"))
     assert ",rejected," in big and "KV pages" in big
+
+
+def test_a_request_that_can_never_fit_after_its_retraction_is_rejected() -> None:
+    """A 384-token pool (6 pages): the 253-token prompt decodes 64 tokens, then the more
+    important request's decode retracts it. Its re-prefill would be prompt + kept output
+    (317 tokens) + 16 reserved + one page = 397 tokens, never below the pool: it is
+    rejected at the requeue instead of waiting at the head of the queue for ever (the
+    engine fuzz found it; test_fuzz_engine keeps its scenario too)."""
+    reqs = [Request("r0", 3.0, 253, 100, [], 64), Request("r1", 3.001, 1, 100, [], 64, priority=3)]
+    config = cfg(
+        tp_size=2, cp_size=2, page_size=64, max_total_tokens=384, mode="colocated",
+        max_prefill_tokens=1, clip_max_new_tokens=16, enable_priority_scheduling=True,
+        priority_scheduling_preemption_threshold=0, enable_hierarchical_cache=True,
+        hicache_ratio=1.01,
+    )  # fmt: skip
+    _, res = run(config, reqs)
+    r0, r1 = res.requests
+    assert r1.status is ReqStatus.FINISHED and r1.output_len == 100
+    assert r0.status is ReqStatus.REJECTED and (r0.retractions, r0.output_len) == (1, 64)
+    assert r0.reject_reason == (
+        "requeued with 64 output tokens kept: prompt + reserved output (16, clipped at 16) "
+        "+ one page = 397 tokens is not below the KV pool (384 tokens): the admission "
+        "memory test can never pass, even on an empty pool"
+    )
+    summary = res.summary
+    assert (summary["completed"], summary["rejected"], summary["unfinished"]) == (2, 1, 0)
+    assert summary["stuck"] == 0

@@ -1077,6 +1077,7 @@ def test_priority_preemption_and_decode_retraction_do_not_livelock() -> None:
     assert result.summary["preemptions"] + result.summary["retractions"] < 100
 
 
+@INSTRUMENTS
 def test_a_requeue_that_can_never_fit_again_is_rejected() -> None:
     """Found by this fuzz: colocated, a 384-token pool (6 pages), a 253-token prompt
     retracted after 64 output tokens by a more important request. Its re-prefill (prompt
