@@ -9,7 +9,8 @@ beside the extensions, and the pure-Python package is the fallback:
 - an editable install (``pip install -e .``) is never compiled, so edits take effect;
 - without mypyc or a C compiler the build warns and installs the pure-Python package.
 
-``python -c "import prefillkit; print(prefillkit.COMPILED)"`` says which one is installed.
+``python -c "import prefillkit; print(prefillkit.build())"`` (or ``prefillkit --version``) says
+which one is installed.
 """
 
 from __future__ import annotations

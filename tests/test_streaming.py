@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from prefillkit.app.replay import WorkloadSpec, cyclic_gc_paused, load_requests, open_workload
+from prefillkit.app.replay import WorkloadSpec, load_requests, open_workload
 from prefillkit.app.settings import Config
 from prefillkit.sim.engine import Engine
 from prefillkit.sim.output import StreamingRunWriter, summary_document, write_run
@@ -148,17 +148,18 @@ CYCLE_CONFIGS: dict[str, dict[str, Any]] = {
 
 
 def _run_without_collector(cfg: Config, sessions: int) -> tuple[Engine, Counter[str]]:
-    """Run with the cyclic collector paused; then what only it could free, by type."""
+    """Run (the engine pauses the cyclic collector); then what only it could free, by type."""
     spec = _spec(num_sessions=sessions, session_arrival_rate=2.0)
     stream = open_workload(spec, page_size=cfg.resolved_page_size, seed=cfg.seed)
     engine = Engine(cfg.sim_settings(), stream.requests)
+    seen: list[bool] = []
+    engine.on_progress = lambda done, total: seen.append(gc.isenabled())
     gc.collect()
     was_enabled = gc.isenabled()
     try:
-        with cyclic_gc_paused():
-            engine.run()
-            assert not gc.isenabled()
-        assert gc.isenabled() == was_enabled  # the pause restores the state it found
+        engine.run()
+        assert seen and not any(seen)  # the collector is off in the loop
+        assert gc.isenabled() == was_enabled  # and back as the run found it
         gc.disable()
         gc.set_debug(gc.DEBUG_SAVEALL)
         gc.collect()
@@ -174,7 +175,7 @@ def _run_without_collector(cfg: Config, sessions: int) -> tuple[Engine, Counter[
 @pytest.mark.parametrize("name", sorted(CYCLE_CONFIGS))
 def test_a_run_leaves_no_reference_cycles(name: str) -> None:
     """What a run drops, reference counting frees: nothing it leaves behind needs the
-    cyclic collector, which app.replay.cyclic_gc_paused turns off for a simulated run."""
+    cyclic collector, which Engine.run turns off for a simulated run."""
     cfg = Config(**CYCLE_CONFIGS[name])  # type: ignore[arg-type]
     _run_without_collector(cfg, 2)  # first use: the imports' own garbage
     engine, garbage = _run_without_collector(cfg, 150)

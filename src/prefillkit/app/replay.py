@@ -16,7 +16,6 @@ value that is neither a config field nor a trace problem).
 
 from __future__ import annotations
 
-import gc
 import itertools
 import json
 import math
@@ -522,8 +521,7 @@ def run_replay(
     bar = _ProgressBar(description) if progress else None
     if bar is not None:
         engine.on_progress = bar.update
-    paused = cyclic_gc_paused() if runner is None else _nothing()
-    with stop_on_sigint(engine) if handle_sigint else _nothing(), paused:
+    with stop_on_sigint(engine) if handle_sigint else _nothing():
         if on_start is not None:
             on_start(engine)
         if bar is None:
@@ -541,23 +539,6 @@ def run_replay(
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
-
-
-@contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for a simulated run, as it was after.
-
-    NOTE: a simulated run makes no reference cycles (removed cache nodes drop their links;
-    test_streaming checks), so reference counting frees all it drops, and the collector's
-    passes over the live cache and requests bought nothing: 14 % of the event loop of the
-    agentic 100 K replay (benchmarks/RESULTS.md). A measured run (torch) keeps it on."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 # --------------------------------------------------------------------------- LRU hit rate

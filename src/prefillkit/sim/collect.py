@@ -321,7 +321,7 @@ def summary_from_columns(
     span = max(sim_end_s - start, 0.0)
     busy = sum(batch_durations)  # NOTE: Python's sum, in batch order, as summarize
     rejected = int(cols["rejected"].sum())
-    rejected_done = int((cols["rejected"] & done).sum())  # see metrics.summarize
+    unfinished = int((~done & ~cols["rejected"]).sum())  # see metrics.summarize
 
     def ratio(a: float, b: float) -> float | None:
         return a / b if b else None
@@ -330,7 +330,7 @@ def summary_from_columns(
         "requests": n,
         "completed": n_done,
         "rejected": rejected,
-        "unfinished": n - n_done - rejected + rejected_done,
+        "unfinished": unfinished,
         "ttft_p50_s": percentile(ttft, 50),
         "ttft_p90_s": percentile(ttft, 90),
         "ttft_p99_s": percentile(ttft, 99),

@@ -269,51 +269,34 @@ class Engine:
     # ------------------------------------------------------------------ loop
     def run(self) -> SimResult:
         t0 = wallclock.perf_counter()
-        heap = self._heap
-        arrivals = self._arrivals
-        pop = heapq.heappop
-        nxt = next(arrivals, None)
-        check = self.cfg.debug_check_invariants
-        # NOTE: the trace's objects live through the loop: move them out of the garbage
-        # collector's generations, so that its full collections scan only what the loop
-        # allocates (as SGLang's scheduler freezes its startup objects); undone below.
-        gc.freeze()
-        while (heap or nxt is not None) and not self.stop_requested:
-            # NOTE: at one time, completions (kinds FORWARD_DONE, TRANSFER_DONE, then
-            # push order) go before arrivals (arrival order), as the heap's
-            # (time, kind, seq) order had it when arrivals were pushed up front.
-            if nxt is None or (heap and heap[0][0] <= nxt.arrival_time):
-                t = heap[0][0]
-            else:
-                t = nxt.arrival_time
-                if t < self.now:
-                    raise SimConfigError(
-                        f"requests must arrive in order: {nxt.rid!r} at {t:g} s, after "
-                        f"{self.now:g} s"
-                    )
-            self.now = t
-            while heap and heap[0][0] == t:
-                _, _, _, kind, payload = pop(heap)
-                self._handle(kind, payload)
-            while nxt is not None and nxt.arrival_time == t:
-                self._arrive(nxt)
-                nxt = next(arrivals, None)
-            if not self.busy:
-                self._start_work()
-            if check:
-                self.sched.check()
-            if self.on_progress is not None:
-                total = self.total if self.total is not None else self.arrived
-                self.on_progress(self.finished, total)
-        gc.unfreeze()
-        partial = self.stop_requested and (bool(heap) or nxt is not None)
+        # NOTE: Python's cyclic garbage collector is off for a simulated loop: the loop
+        # makes no reference cycles (removed cache nodes drop their links;
+        # test_a_run_leaves_no_reference_cycles checks), so reference counting frees all
+        # it drops, and the collector's passes over the live cache and requests cost 14 %
+        # of the agentic 100 K replay (benchmarks/RESULTS.md). A measured run (a runner:
+        # torch) keeps it on, with the trace's objects frozen out of its generations (as
+        # SGLang's scheduler freezes its startup objects). Both are undone after the loop.
+        measured = self.runner is not None
+        gc_was_enabled = gc.isenabled()
+        if measured:
+            gc.freeze()
+        else:
+            gc.disable()
+        try:
+            nxt = self._loop()
+        finally:
+            if measured:
+                gc.unfreeze()
+            elif gc_was_enabled:
+                gc.enable()
+        partial = self.stop_requested and (bool(self._heap) or nxt is not None)
         counters = self.sched.counters()
         counters["stuck"] = 0 if partial else self.sched.num_pending()
         collector = self.collector
         if collector is not None:
             collector.close(partial, self.now)
             if nxt is not None:  # a stopped run: the rest still counts in the summary
-                collector.drain(itertools.chain((nxt,), arrivals))
+                collector.drain(itertools.chain((nxt,), self._arrivals))
             summary = collector.summary(
                 counters=counters,
                 percentiles=self.percentiles,
@@ -349,6 +332,43 @@ class Engine:
             cache_classes=classes,
             extra={"decode_steps": DecodeSteps(self._decode_starts, self._decode_durations)},
         )
+
+    def _loop(self) -> Request | None:
+        """The event loop, until nothing is left or a stop is requested; the first
+        request not yet arrived (None: none left)."""
+        heap = self._heap
+        arrivals = self._arrivals
+        pop = heapq.heappop
+        nxt = next(arrivals, None)
+        check = self.cfg.debug_check_invariants
+        while (heap or nxt is not None) and not self.stop_requested:
+            # NOTE: at one time, completions (kinds FORWARD_DONE, TRANSFER_DONE, then
+            # push order) go before arrivals (arrival order), as the heap's
+            # (time, kind, seq) order had it when arrivals were pushed up front.
+            if nxt is None or (heap and heap[0][0] <= nxt.arrival_time):
+                t = heap[0][0]
+            else:
+                t = nxt.arrival_time
+                if t < self.now:
+                    raise SimConfigError(
+                        f"requests must arrive in order: {nxt.rid!r} at {t:g} s, after "
+                        f"{self.now:g} s"
+                    )
+            self.now = t
+            while heap and heap[0][0] == t:
+                _, _, _, kind, payload = pop(heap)
+                self._handle(kind, payload)
+            while nxt is not None and nxt.arrival_time == t:
+                self._arrive(nxt)
+                nxt = next(arrivals, None)
+            if not self.busy:
+                self._start_work()
+            if check:
+                self.sched.check()
+            if self.on_progress is not None:
+                total = self.total if self.total is not None else self.arrived
+                self.on_progress(self.finished, total)
+        return nxt
 
     def _arrive(self, req: Request) -> None:
         self.arrived += 1

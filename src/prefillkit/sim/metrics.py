@@ -344,8 +344,10 @@ def summarize(
     busy = sum(b.duration_s for b in batches)
     rejected = sum(1 for r in requests if r.status is ReqStatus.REJECTED)
     # NOTE: a request rejected on a requeue (Scheduler._retract) may have its first token:
-    # it counts as completed and as rejected, and not as unfinished.
-    rejected_done = sum(1 for r in done if r.status is ReqStatus.REJECTED)
+    # it counts as completed and as rejected; unfinished is neither.
+    unfinished = sum(
+        1 for r in requests if r.first_token_time is None and r.status is not ReqStatus.REJECTED
+    )
 
     def ratio(a: float, b: float) -> float | None:
         return a / b if b else None
@@ -354,7 +356,7 @@ def summarize(
         "requests": len(requests),
         "completed": len(done),
         "rejected": rejected,
-        "unfinished": len(requests) - len(done) - rejected + rejected_done,
+        "unfinished": unfinished,
         "ttft_p50_s": percentile(ttft, 50),
         "ttft_p90_s": percentile(ttft, 90),
         "ttft_p99_s": percentile(ttft, 99),
