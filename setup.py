@@ -50,6 +50,7 @@ COMPILED = [
     "src/prefillkit/sim/cached.py",
     "src/prefillkit/sim/metrics.py",
     "src/prefillkit/sim/output.py",
+    "src/prefillkit/sim/row_writer.py",
     "src/prefillkit/workloads/mooncake.py",
     "src/prefillkit/workloads/jsonl.py",
     "src/prefillkit/workloads/replay.py",

@@ -9,8 +9,11 @@ process (so peak RSS is that run's alone, from ``os.wait4``) and prints one row 
   on the default replay's deployment, ``N / 6`` sessions at the default 2 sessions/s,
   capped at ``N`` requests: a fixed live load, so memory should not grow with ``N``.
 
-CPU seconds (user + system of the process) are printed beside the wall time: on a shared
-machine the wall time includes waiting for a core.
+CPU seconds (user + system of the process and of its helper processes, README "Helper
+processes") are printed beside the wall time: on a shared machine the wall time includes
+waiting for a core. The peak RSS is the largest of those processes' (``wait4`` reports
+the maximum); the replay's own process is the largest. ``PREFILLKIT_HELPERS=inline``
+measures the one-process replay.
 
 Then the exponents between consecutive sizes: time ``log(t2/t1) / log(n2/n1)`` (1 =
 linear) and memory ``log(rss2/rss1) / log(n2/n1)`` (0 = flat).

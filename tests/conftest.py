@@ -16,6 +16,9 @@ import pytest
 # PREFILLKIT_TEST_INSTALLED=1 tests the installed build instead (the compiled one after
 # ``pip install .``): the source tree leaves the import path, here and in subprocesses.
 _SRC = str(Path(__file__).resolve().parents[1] / "src")
+# NOTE: as the CLI does (cli.py), before numpy loads: one BLAS thread, so the process
+# stays single-threaded and may fork its workload helper (app/prefetch.py).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 if os.environ.get("PREFILLKIT_TEST_INSTALLED") == "1":
     while _SRC in sys.path:
         sys.path.remove(_SRC)

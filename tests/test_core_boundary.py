@@ -3,8 +3,8 @@
 Layers, lowest first (README "Layout"); a module may import its own layer and the
 layers below it, never one above:
 
-1. core: ``request``, ``models``, ``text``, ``cache/``, ``sched/`` (standard library and
-   xxhash only);
+1. core: ``request``, ``models``, ``text``, ``helpers``, ``cache/``, ``sched/`` (standard
+   library and xxhash only);
 2. ``sim/`` (the simulator), ``workloads/`` (trace readers, generators) and ``exec/`` (the
    optional executor): each on the core only, not on one another;
 3. ``report/``: run directories read back, comparisons, plots (on ``sim/``);
@@ -30,7 +30,7 @@ ENV = {
     "PYTHONPATH": os.pathsep.join([str(SRC.parent), os.environ.get("PYTHONPATH", "")]),
 }
 
-CORE_TOP = ("request", "models", "text")
+CORE_TOP = ("request", "models", "text", "helpers")
 CORE_PACKAGES = ("cache", "sched")
 
 #: Layer of each top-level part of the package (a module or a subpackage).

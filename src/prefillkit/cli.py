@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import inspect
 import json
 import math
@@ -82,6 +83,7 @@ from prefillkit.app.settings import (
     knob_table,
     suggest_flag,
 )
+from prefillkit.helpers import HelperError
 from prefillkit.report.deployment import deployment_panel
 from prefillkit.report.labels import metric_label
 from prefillkit.sim.engine import Engine, SimConfigError
@@ -1867,7 +1869,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as exc:
         _error(exc.format_message())
         return EXIT_USAGE
-    except (ConfigError, WorkloadError, SimConfigError, InputError) as exc:
+    except (ConfigError, WorkloadError, SimConfigError, InputError, HelperError) as exc:
         if debug:
             raise
         _error(str(exc))
@@ -1888,7 +1890,14 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console-script entry point (``prefillkit``)."""
-    sys.exit(run(argv))
+    code = run(argv)
+    # NOTE: the process ends here. The interpreter's last collection would traverse every
+    # object still tracked, the dropped engine's prefix cache among them (its nodes link
+    # parent and children, so only the collector frees them), to free memory the process
+    # is about to give back anyway: 0.3 s after an agentic 100 K replay. Frozen objects
+    # are outside every generation it collects.
+    gc.freeze()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,7 @@ from prefillkit.app.settings import (
     read_config_file,
     read_toml,
 )
+from prefillkit.helpers import ENV as HELPERS_ENV
 from prefillkit.request import Request
 from prefillkit.sim.engine import Engine, SimConfigError
 from prefillkit.sim.output import (
@@ -420,9 +421,14 @@ class VariantOutcome:
 _WORKER_RECORDS: list[TraceRecord] = []
 
 
-def _worker_init(records: list[TraceRecord]) -> None:
-    """Worker start: Ctrl-C is the parent's business (it stops the workers); keep records."""
+def _worker_init(records: list[TraceRecord], workers: int = 1) -> None:
+    """Worker start: Ctrl-C is the parent's business (it stops the workers); keep records.
+
+    With two or more workers the cores are theirs: none starts helper processes of its
+    own (prefillkit.helpers), unless the user chose."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if workers > 1:
+        os.environ.setdefault(HELPERS_ENV, "inline")
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _WORKER_RECORDS[:] = records
@@ -559,10 +565,11 @@ def run_variants(
         # before its initializer makes it ignore SIGINT; the parent gets it afterwards.
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if can_mask else None
         try:
+            workers = max(1, min(jobs, len(variants)))
             pool = ProcessPoolExecutor(
-                max_workers=max(1, min(jobs, len(variants))),
+                max_workers=workers,
                 initializer=_worker_init,
-                initargs=(workload.records,),
+                initargs=(workload.records, workers),
             )
             for pv in variants:
                 fut = pool.submit(

@@ -32,7 +32,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from prefillkit.app.prefetch import RequestPrefetcher, can_fork
 from prefillkit.cache import KVPool, PrefixCache
+from prefillkit.helpers import wants_helpers
 from prefillkit.request import Request
 from prefillkit.sim.collect import RowSink
 from prefillkit.sim.cost import CostModel
@@ -266,6 +268,7 @@ class WorkloadStream:
     info: dict[str, Any]
     skipped_rows: list[tuple[int, str]]
     count: list[int]  # requests yielded so far (one cell)
+    prefetched: bool = False  # built by a helper process (app/prefetch.py)
 
     def finish_info(self, total: int | None = None) -> dict[str, Any]:
         """``info`` with the request count (``total``, else the count yielded) and the
@@ -275,14 +278,38 @@ class WorkloadStream:
         return self.info
 
 
-def _counted_requests(
-    records: Iterator[TraceRecord], page_size: int, count: list[int], trace: str | None
+def _built_requests(
+    records: Iterator[TraceRecord],
+    page_size: int,
+    skipped: list[tuple[int, str]],
+    helpers: bool,
 ) -> Iterator[Request]:
+    """``records`` as requests: built by a helper process if ``helpers`` and this process
+    can fork (forked now, before a row writer's pipe exists for it to inherit;
+    app/prefetch.py), else here."""
+    if helpers and can_fork():
+        return RequestPrefetcher(records, page_size, skipped)
+    return _keyed(records, page_size)
+
+
+def _keyed(records: Iterator[TraceRecord], page_size: int) -> Iterator[Request]:
+    try:
+        for rec in records:
+            yield to_request(rec, page_size)
+    finally:
+        close = getattr(records, "close", None)
+        if close is not None:
+            close()
+
+
+def _counted_requests(
+    built: Iterator[Request], page_size: int, count: list[int], trace: str | None
+) -> Iterator[Request]:
+    """``built``, counted into ``count`` and (a trace) checked for one key-unit size."""
     first: Request | None = None
     n = 0
     try:
-        for rec in records:
-            req = to_request(rec, page_size)
+        for req in built:
             if trace is not None and req.keys:
                 if first is None:
                     first = req
@@ -292,7 +319,7 @@ def _counted_requests(
             count[0] = n
             yield req
     finally:
-        close = getattr(records, "close", None)
+        close = getattr(built, "close", None)
         if close is not None:
             close()
 
@@ -319,12 +346,15 @@ def _trace_source(spec: WorkloadSpec, trace: str) -> tuple[str, str, dict[str, A
     return path, real_fmt, info
 
 
-def open_workload(spec: WorkloadSpec, *, page_size: int, seed: int = 0) -> WorkloadStream:
+def open_workload(
+    spec: WorkloadSpec, *, page_size: int, seed: int = 0, helpers: bool | None = None
+) -> WorkloadStream:
     """:func:`load_requests`, streaming: the same requests in the same order, read or
     generated as they are pulled (a bounded look-ahead: see
     :func:`prefillkit.workloads.replay.iter_records` and the generators). The same
     errors, raised here for an empty window and, for a bad trace row or mixed key units
-    past the first request, when the iterator reaches it."""
+    past the first request, when the iterator reaches it. ``helpers``: whether a helper
+    process may build the requests (None: :func:`prefillkit.helpers.wants_helpers`)."""
     if page_size < 1:
         raise InputError(f"--page-size: must be positive, got {page_size}")
     opts = spec.replay
@@ -357,8 +387,17 @@ def open_workload(spec: WorkloadSpec, *, page_size: int, seed: int = 0) -> Workl
         if isinstance(value, float) and math.isinf(value):
             info[key] = "inf"
     count = [0]
-    reqs = _counted_requests(records, page_size, count, spec.trace)
-    return WorkloadStream(requests=reqs, info=info, skipped_rows=skipped, count=count)
+    if helpers is None:
+        helpers = wants_helpers()
+    built = _built_requests(records, page_size, skipped, helpers)
+    reqs = _counted_requests(built, page_size, count, spec.trace)
+    return WorkloadStream(
+        requests=reqs,
+        info=info,
+        skipped_rows=skipped,
+        count=count,
+        prefetched=isinstance(built, RequestPrefetcher),
+    )
 
 
 def load_requests(spec: WorkloadSpec, *, page_size: int, seed: int = 0) -> Workload:

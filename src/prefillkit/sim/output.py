@@ -51,10 +51,12 @@ Streaming: :class:`StreamingRunWriter` writes the CSV rows into temporary files 
 ``.requests.csv.<pid>.<hex>.part`` while the run goes (a
 :class:`~prefillkit.sim.collect.RowSink`; the manifest's sizes and hashes are taken as the
 bytes are written; a Ctrl-C stops the run and the partial set is committed, as for a
-non-streaming run) and :meth:`StreamingRunWriter.commit` commits them with the same set
-rule (the ``.tmp`` summary, then the renames); the bytes are those :func:`write_run`
-writes for the same run. A run that fails before the commit leaves no temporary file
-behind; a killed one's ``.part`` files are removed by the next write into the folder.
+non-streaming run; the rows are formatted and written by a child process when two cores
+are there, see :mod:`prefillkit.sim.row_writer`) and :meth:`StreamingRunWriter.commit`
+commits them with the same set rule (the ``.tmp`` summary, then the renames); the bytes
+are those :func:`write_run` writes for the same run. A run that fails before the commit
+leaves no temporary file behind; a killed one's ``.part`` files are removed by the next
+write into the folder (or by the writer process, when its parent goes away).
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ from typing import Any
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.engine import SimResult
 from prefillkit.sim.metrics import REQUEST_COLUMNS, batch_columns, request_row
+from prefillkit.sim.row_writer import RowFiles, fast_cell, open_row_files
+
+#: Rows a streaming run hands to its row files at once (a batch of about 100 KB
+#: when they go to the writer process, sim/row_writer.py).
+_ROWS_PER_WRITE = 512
 
 __all__ = [
     "BATCHES_FILE",
@@ -136,39 +143,11 @@ def summary_document(
     return ready
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return ""
-        return repr(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, ReqStatus):
-        return value.value
-    return str(value)
-
-
-def _fast_cell(value: Any) -> str:
-    """:func:`_cell`, with the common exact types first (a CSV cell per call)."""
-    t = type(value)
-    if t is float:
-        return "" if value != value else repr(value)  # NaN is empty
-    if t is int:
-        return str(value)
-    if t is str:
-        return value  # type: ignore[no-any-return]
-    return _cell(value)
-
-
 def _csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)
-    cell = _fast_cell
+    cell = fast_cell
     for row in rows:
         get = row.get
         writer.writerow([cell(get(c)) for c in columns])
@@ -312,29 +291,6 @@ def _commit_temps(folder: Path, temps: Mapping[str, Path], last: str) -> None:
         os.replace(temps[last], folder / last)
 
 
-class _HashedFile:
-    """A text sink over a binary temporary file that counts and hashes what it writes."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fh = open(path, "xb")
-        self.sha = hashlib.sha256()
-        self.bytes = 0
-
-    def write(self, text: str) -> int:
-        data = text.encode("utf-8")
-        self.sha.update(data)
-        self.bytes += len(data)
-        self.fh.write(data)
-        return len(text)
-
-    def finish(self) -> dict[str, Any]:
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
-        self.fh.close()
-        return {"bytes": self.bytes, "sha256": self.sha.hexdigest()}
-
-
 class StreamingRunWriter:
     """``requests.csv`` and ``batches.csv`` written row by row while a streaming run goes
     (a :class:`prefillkit.sim.collect.RowSink`), then committed with ``summary.json`` as
@@ -344,43 +300,75 @@ class StreamingRunWriter:
     before :meth:`commit`) removes them and leaves the folder as it was.
     """
 
-    def __init__(self, out_dir: str | os.PathLike[str], breakdown_keys: Sequence[str]) -> None:
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        breakdown_keys: Sequence[str],
+        *,
+        process: bool | None = None,
+    ) -> None:
         self.folder = Path(out_dir)
         self.folder.mkdir(parents=True, exist_ok=True)
         names = (REQUESTS_FILE, BATCHES_FILE, SUMMARY_FILE)
         _check_targets(self.folder, names)
         remove_stale_temporaries(self.folder, names)
-        self._files: dict[str, _HashedFile] = {}
+        # ".part": rows of a run in progress; the set's commit (the ".tmp" summary, then
+        # the renames) is the same short window as write_run's.
+        self._parts: dict[str, Path] = {}
+        self._files: RowFiles | None = None
         try:
             for name in (REQUESTS_FILE, BATCHES_FILE):
-                # ".part": rows of a run in progress; the set's commit (the ".tmp" summary,
-                # then the renames) is the same short window as write_run's.
-                self._files[name] = _HashedFile(temp_path(self.folder / name, "part"))
+                part = temp_path(self.folder / name, "part")
+                open(part, "xb").close()  # NOTE: created here, so a failure shows here
+                self._parts[name] = part
+            self._files = open_row_files(
+                [
+                    (str(self._parts[REQUESTS_FILE]), REQUEST_COLUMNS),
+                    (str(self._parts[BATCHES_FILE]), batch_columns(breakdown_keys)),
+                ],
+                process=process,
+            )
         except BaseException:
             self.discard()
             raise
-        self._req_cols = REQUEST_COLUMNS
-        self._batch_cols = batch_columns(breakdown_keys)
-        self._req = csv.writer(self._files[REQUESTS_FILE], lineterminator="\n")
-        self._batch = csv.writer(self._files[BATCHES_FILE], lineterminator="\n")
-        self._req.writerow(self._req_cols)
-        self._batch.writerow(self._batch_cols)
+        self._req_rows: list[list[Any]] = []
+        self._batch_rows: list[list[Any]] = []
 
     def request_row(self, values: list[Any]) -> None:
-        cell = _fast_cell
-        self._req.writerow([cell(v) for v in values])
+        rows = self._req_rows
+        rows.append(values)
+        if len(rows) >= _ROWS_PER_WRITE:
+            self._write(0, rows)
+            self._req_rows = []
 
     def batch_row(self, values: list[Any]) -> None:
-        cell = _fast_cell
-        self._batch.writerow([cell(v) for v in values])
+        rows = self._batch_rows
+        rows.append(values)
+        if len(rows) >= _ROWS_PER_WRITE:
+            self._write(1, rows)
+            self._batch_rows = []
+
+    def _write(self, index: int, rows: list[list[Any]]) -> None:
+        assert self._files is not None
+        self._files.write(index, rows)
+
+    def _finish_files(self) -> dict[str, Any]:
+        assert self._files is not None
+        if self._req_rows:
+            self._write(0, self._req_rows)
+        if self._batch_rows:
+            self._write(1, self._batch_rows)
+        self._req_rows, self._batch_rows = [], []
+        requests, batches = self._files.finish()
+        return {REQUESTS_FILE: requests, BATCHES_FILE: batches}
 
     def commit(self, document: Mapping[str, Any]) -> None:
         """Finish the CSVs and write ``summary.json`` (``document`` plus the manifest)."""
         try:
-            manifest = {name: f.finish() for name, f in self._files.items()}
+            manifest = self._finish_files()
             doc = {**document, "files": manifest}
             summary_text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
-            temps = {name: f.path for name, f in self._files.items()}
+            temps = dict(self._parts)
             temps[SUMMARY_FILE] = _write_temp(self.folder / SUMMARY_FILE, summary_text)
             _commit_temps(self.folder, temps, SUMMARY_FILE)
         finally:
@@ -388,12 +376,13 @@ class StreamingRunWriter:
 
     def discard(self) -> None:
         """Remove the temporary files (after :meth:`commit`: those not renamed, none)."""
-        for f in self._files.values():
-            with contextlib.suppress(OSError):
-                f.fh.close()
-            if f.path.exists():
-                _unlink_quietly(f.path)
-        self._files = {}
+        if self._files is not None:
+            self._files.abandon()  # NOTE: after the files' finish: nothing
+            self._files = None
+        for part in self._parts.values():
+            if part.exists():
+                _unlink_quietly(part)
+        self._parts = {}
         tmp = [p for p in self.folder.glob(f".{SUMMARY_FILE}.{os.getpid()}.*.tmp")]
         for p in tmp:
             _unlink_quietly(p)

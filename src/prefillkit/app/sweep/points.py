@@ -212,8 +212,11 @@ def run_point(point: Mapping[str, Any], hooks: Mapping[str, str] | None = None) 
         cfg = config_for(spec.settings, spec.seed)
         wspec = workload_spec(spec.workload, where=f"workload {spec.workload.get('name')!r}")
         # NOTE: streamed, as `prefillkit replay` runs: a point's memory is its live
-        # requests plus the kept columns, whatever the trace's length.
-        stream = open_workload(wspec, page_size=cfg.resolved_page_size, seed=cfg.seed)
+        # requests plus the kept columns, whatever the trace's length. No helper
+        # process: the sweep's workers already have a core each.
+        stream = open_workload(
+            wspec, page_size=cfg.resolved_page_size, seed=cfg.seed, helpers=False
+        )
         engines: list[Engine] = []
         result = run_replay(
             cfg.sim_settings(),
