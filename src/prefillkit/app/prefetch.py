@@ -55,15 +55,19 @@ def request_args(req: Request) -> tuple[Any, ...]:
 
 
 def can_fork() -> bool:
-    """Whether this process can fork a helper safely: the platform forks and only one
-    thread runs (on Linux every thread counts, numpy's BLAS workers too)."""
+    """Whether this process can fork a helper safely: Linux (macOS's system libraries are
+    not fork-safe once loaded), and only one thread runs (every thread counts, numpy's
+    BLAS workers too)."""
+    if not sys.platform.startswith("linux"):
+        return False
     if "fork" not in multiprocessing.get_all_start_methods():
         return False
     if threading.active_count() != 1:
         return False
-    with contextlib.suppress(OSError):
+    try:
         return len(os.listdir("/proc/self/task")) == 1
-    return True
+    except OSError:  # no /proc: only Python's own threads are known
+        return True
 
 
 class RequestPrefetcher:
