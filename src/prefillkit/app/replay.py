@@ -297,9 +297,14 @@ def _keyed(records: Iterator[TraceRecord], page_size: int) -> Iterator[Request]:
         for rec in records:
             yield to_request(rec, page_size)
     finally:
-        close = getattr(records, "close", None)
-        if close is not None:
-            close()
+        _close(records)
+
+
+def _close(it: Iterator[Any]) -> None:
+    """Close ``it`` if it can be closed (a generator: its ``finally`` runs now)."""
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
 
 
 def _counted_requests(
@@ -319,9 +324,7 @@ def _counted_requests(
             count[0] = n
             yield req
     finally:
-        close = getattr(built, "close", None)
-        if close is not None:
-            close()
+        _close(built)
 
 
 def _trace_source(spec: WorkloadSpec, trace: str) -> tuple[str, str, dict[str, Any]]:

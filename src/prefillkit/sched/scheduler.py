@@ -56,8 +56,6 @@ from prefillkit.sched.matching import refresh_match
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.preempt import pick_victims
 
-#: ``CloseReason`` -> its value (the empty-pass counter key).
-
 
 @dataclass(slots=True, init=False)
 class PrefillBatch:
