@@ -2,24 +2,29 @@
 
 A streaming replay (:class:`prefillkit.sim.engine.Engine` given an iterator of requests)
 drops each request once it is done (finished or rejected): :class:`RunCollector` keeps
-only the columns the summary needs, in arrival order (``array`` of doubles and bytes:
-arrival, first-token and first-scheduled times, rejected flag, cache class; 26 bytes
-per request; the token and chunk totals are running sums), and hands each request's
-``requests.csv`` row and each batch's ``batches.csv`` row to a :class:`RowSink` (e.g.
+only the columns the summary needs, in arrival order, in
+:class:`~prefillkit.sim.spill.SpillColumns` (memory buffers that go to temporary files
+a chunk at a time, so memory does not grow with the run): per request its arrival and
+whether it was rejected (:data:`REQUEST_COLUMNS`), per request with a first token its
+TTFT, queueing time, arrival, first token and cache class (:data:`DONE_COLUMNS`), per
+batch its start and duration (:data:`BATCH_COLUMNS`); the token and chunk totals and
+the counts are running sums. It hands each request's ``requests.csv`` row and each
+batch's ``batches.csv`` row to a :class:`RowSink` (e.g.
 :class:`prefillkit.sim.output.StreamingRunWriter`). Rows go out in the order a
 non-streaming run writes them: batches as they start, requests in arrival order (a
-finished request's row waits until every earlier arrival's row is written, so the
-reorder buffer holds the rows of requests that finished while an earlier one was still
-live). A live request's batch ids and its first-admission hit (its cache class) are
-kept only while it is live. A :class:`TimelineSink` (``timeline``; e.g.
+finished request's row and column values wait until every earlier arrival's are
+written, so the reorder buffer holds those of requests that finished while an earlier
+one was still live). A live request's batch ids and its first-admission hit (its cache
+class) are kept only while it is live. A :class:`TimelineSink` (``timeline``; e.g.
 :class:`prefillkit.sim.trace_events.StreamingTraceWriter`) gets each batch as it
 starts, each request with its place in arrival order and its cache class once done
 (still-live ones at :meth:`RunCollector.close`, then the run's end, then those that
 never arrived).
 
-:func:`summary_from_columns` gives exactly :func:`prefillkit.sim.metrics.summarize`'s
-numbers (same reductions, same order of values); ``tests/test_streaming.py`` checks the
-two against each other, so a key added to ``summarize`` must be added here too.
+The summary (:meth:`RunCollector.summary`) is
+:func:`prefillkit.sim.stream_summary.streaming_summary`: exactly the list run's numbers,
+a chunk at a time; ``tests/test_streaming.py`` and ``tests/test_stream_summary.py``
+check the two against each other, so a key added to ``summarize`` must be added there.
 """
 
 from __future__ import annotations
@@ -27,21 +32,44 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from array import array
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from prefillkit.request import ReqStatus, Request
-from prefillkit.sim.metrics import BatchRecord, cache_class, percentile, request_values
-from prefillkit.sim.slo import DEFAULT_PERCENTILES, latency_metrics_columns
-from prefillkit.sim.steady import CLASS_CODES, steady_metrics_columns
+from prefillkit.sim.exact_stats import LIMIT
+from prefillkit.sim.metrics import BatchRecord, cache_class, request_values
+from prefillkit.sim.slo import DEFAULT_PERCENTILES
+from prefillkit.sim.spill import CHUNK_ROWS, SpillColumns
+from prefillkit.sim.steady import CLASS_CODES
+from prefillkit.sim.stream_summary import BusyChunks, batch_busy, streaming_summary
 
-if TYPE_CHECKING:
-    import numpy as np
-
-__all__ = ["RowSink", "RunCollector", "TimelineSink", "summary_from_columns"]
+__all__ = [
+    "BATCH_COLUMNS",
+    "DONE_COLUMNS",
+    "REQUEST_COLUMNS",
+    "RowSink",
+    "RunCollector",
+    "TimelineSink",
+]
 
 NAN = math.nan
+
+#: The columns kept per request (``array`` typecodes; 9 bytes a request).
+REQUEST_COLUMNS: dict[str, str] = {"arrival": "d", "kept": "b"}
+#: ... per request with a first token (33 bytes).
+DONE_COLUMNS: dict[str, str] = {
+    "ttft": "d",
+    "queue": "d",
+    "arrival": "d",
+    "first_token": "d",
+    "klass": "b",
+}
+#: ... per batch (16 bytes).
+BATCH_COLUMNS: dict[str, str] = {"start": "d", "duration": "d"}
+
+#: A done request's column values: arrival, rejected, first token, first scheduled
+#: (None: none) and cache class code.
+_Columns = tuple[float, bool, "float | None", "float | None", int]
 
 #: BatchRecord's fields in order (its ``row()`` without ``dataclasses.asdict``'s copies).
 # NOTE: BATCH_COLUMNS is these fields and "rids" (test_streaming checks): a batch row is
@@ -83,23 +111,29 @@ class RunCollector:
         breakdown_keys: Sequence[str],
         warm_floor_tokens: int,
         sink: RowSink | None = None,
+        *,
+        chunk_rows: int = CHUNK_ROWS,
+        limit: int = LIMIT,
     ) -> None:
         self.terms = tuple(k for k in breakdown_keys if k != "total")
         self.warm_floor = warm_floor_tokens
         self.sink = sink
         self.timeline: TimelineSink | None = None
-        # ---- columns, index = arrival order
-        self.arrival = array("d")
-        self.first_token = array("d")  # NaN: none
-        self.first_scheduled = array("d")  # NaN: none
-        self.rejected = array("b")
-        self.klass = array("b")  # CLASS_CODES, 0 = none
+        # ---- columns in arrival order, spilled to temporary files a chunk at a time
+        # (sim/spill.py): every request (arrival, not rejected); the requests with a
+        # first token (TTFT, queueing = first scheduled - arrival or NaN, arrival,
+        # first token, cache class code); the batches (start, duration).
+        # ``chunk_rows``: rows a column buffers before it spills; ``limit``: values the
+        # summary's statistics hold at once (sim/exact_stats.py; tests make both small).
+        self.requests = SpillColumns(REQUEST_COLUMNS, chunk_rows)
+        self.done_requests = SpillColumns(DONE_COLUMNS, chunk_rows)
+        self.batches = SpillColumns(BATCH_COLUMNS, chunk_rows)
+        self.limit = limit
+        self.rejected = 0
+        self.rejected_done = 0  # rejected after a first token (colocated, requeued)
         # Sums over the requests with a first token (exact integers; no column needed):
         # prompt tokens, device hits, host hits, chunks.
         self.done_sums = [0, 0, 0, 0]
-        # ---- batches
-        self.batch_starts = array("d")
-        self.batch_durations = array("d")
         self.batch_size_sum = 0
         self.num_batches = 0
         # batches.csv's cached_tokens and its split, summed (sim/cached.py cached_totals)
@@ -109,22 +143,21 @@ class RunCollector:
         self._live: dict[int, Request] = {}
         self._batch_ids: dict[Request, list[int]] = {}
         self._first_hit: dict[Request, int] = {}
-        self._pending: dict[int, list[Any] | None] = {}
+        self._pending: dict[int, tuple[list[Any] | None, _Columns]] = {}
         self._next_row = 0
+        self._arrived = 0
+        self._last_arrival = -math.inf
 
     def __len__(self) -> int:
-        return len(self.arrival)
+        return self._arrived
 
     # ------------------------------------------------------------------ events
     def arrive(self, req: Request) -> None:
-        seq = len(self.arrival)
+        seq = self._arrived
+        self._arrived = seq + 1
         self._seq[req] = seq
         self._live[seq] = req
-        self.arrival.append(req.arrival_time)
-        self.first_token.append(NAN)
-        self.first_scheduled.append(NAN)
-        self.rejected.append(0)
-        self.klass.append(0)
+        self._last_arrival = req.arrival_time
 
     def batch(
         self, reqs: Sequence[Request], breakdown: dict[str, float], record: BatchRecord
@@ -132,8 +165,10 @@ class RunCollector:
         """A batch started: its row goes out now; its requests remember it."""
         b = self.num_batches
         self.num_batches += 1
-        self.batch_starts.append(record.start_s)
-        self.batch_durations.append(record.duration_s)
+        starts, durations = self.batches.tails
+        starts.append(record.start_s)
+        durations.append(record.duration_s)
+        self.batches.row_added()
         self.batch_size_sum += record.size
         bc = self.batch_cached
         bc[0] += record.cached_tokens
@@ -183,168 +218,120 @@ class RunCollector:
         self._flush()
 
     def drain(self, arrivals: Any) -> None:
-        """Requests that never arrived (a run stopped early): columns only, no rows."""
+        """Requests that never arrived (a run stopped early): columns only, no rows.
+
+        Raises a one-line ``ValueError`` for one out of arrival order (the columns are
+        read in order)."""
+        last = self._last_arrival
         for req in arrivals:
+            if req.arrival_time < last:  # NOTE: the summary reads the columns in order
+                raise ValueError(
+                    f"requests must arrive in order: {req.rid!r} at {req.arrival_time:g} s, "
+                    f"after {last:g} s"
+                )
+            last = req.arrival_time
             self.arrive(req)
             seq = self._seq.pop(req)
             del self._live[seq]
-            self._fill(seq, req, keep_row=False)
-            self._pending[seq] = None
+            self._pending[seq] = (None, self._fill(seq, req, keep_row=False)[1])
         self._flush()
 
     # ------------------------------------------------------------------ internals
-    def _fill(self, seq: int, req: Request, *, keep_row: bool) -> list[Any] | None:
-        if req.first_token_time is not None:
-            self.first_token[seq] = req.first_token_time
+    def _fill(self, seq: int, req: Request, *, keep_row: bool) -> tuple[list[Any] | None, _Columns]:
+        """``req``'s row (None: none) and its column values."""
+        first_token = req.first_token_time
+        if first_token is not None:
             sums = self.done_sums
             sums[0] += req.prompt_len
             sums[1] += req.device_hit_tokens
             sums[2] += req.host_hit_tokens
             sums[3] += req.num_chunks
-        if req.first_scheduled_time is not None:
-            self.first_scheduled[seq] = req.first_scheduled_time
-        if req.status is ReqStatus.REJECTED:
-            self.rejected[seq] = 1
+        rejected = req.status is ReqStatus.REJECTED
         hit = self._first_hit.pop(req, None)
         klass = None if hit is None else cache_class(hit, self.warm_floor)
-        if klass is not None:
-            self.klass[seq] = CLASS_CODES[klass]
         ids = self._batch_ids.pop(req, ())
         if self.timeline is not None:
             self.timeline.request(seq, req, klass)
+        cols = (
+            req.arrival_time,
+            rejected,
+            first_token,
+            req.first_scheduled_time,
+            0 if klass is None else CLASS_CODES[klass],
+        )
         if not keep_row or self.sink is None:
-            return None
-        return request_values(req, ids, klass)
+            return None, cols
+        return request_values(req, ids, klass), cols
 
     def _flush(self) -> None:
+        """Rows and column values out in arrival order, as far as every request is done."""
         pending, sink = self._pending, self.sink
         n = self._next_row
+        if n not in pending:
+            return
+        reqs, done = self.requests, self.done_requests
+        arrival_col, kept_col = reqs.tails
+        ttft_col, queue_col, done_arrival_col, first_token_col, klass_col = done.tails
         while n in pending:
-            row = pending.pop(n)
+            row, (arrival, rejected, first_token, first_scheduled, klass) = pending.pop(n)
             if row is not None and sink is not None:
                 sink.request_row(row)
+            arrival_col.append(arrival)
+            kept_col.append(not rejected)
+            reqs.row_added()
+            if rejected:
+                self.rejected += 1
+            if first_token is not None:
+                if rejected:
+                    self.rejected_done += 1
+                ttft_col.append(first_token - arrival)
+                queue_col.append(NAN if first_scheduled is None else first_scheduled - arrival)
+                done_arrival_col.append(arrival)
+                first_token_col.append(first_token)
+                klass_col.append(klass)
+                done.row_added()
             n += 1
         self._next_row = n
 
     # ------------------------------------------------------------------ summary
-    def columns(self) -> dict[str, np.ndarray]:
-        """The columns as numpy arrays (views of the arrays, no copy)."""
-        import numpy as np
-
-        return {
-            "arrival": np.frombuffer(self.arrival, dtype=float),
-            "first_token": np.frombuffer(self.first_token, dtype=float),
-            "first_scheduled": np.frombuffer(self.first_scheduled, dtype=float),
-            "rejected": np.frombuffer(self.rejected, dtype=np.int8).astype(bool),
-            "klass": np.frombuffer(self.klass, dtype=np.int8),
-        }
+    def ttft_values(self) -> list[float]:
+        """TTFT per request with a first token, in arrival order (the floats of
+        ``first_token_time - arrival_time``)."""
+        return [float(v) for c in self.done_requests.chunks("ttft") for v in c]
 
     def summary(
         self,
         *,
         counters: dict[str, int],
         sim_end_s: float,
-        busy: tuple[np.ndarray, np.ndarray],
+        busy: BusyChunks | None,
         window_s: float,
         percentiles: Sequence[float] = DEFAULT_PERCENTILES,
         slo_ttft_s: float | None = None,
     ) -> dict[str, Any]:
-        """The run summary: :func:`summary_from_columns`, the latency statistics and
-        cached-token totals (the engine's ``report_metrics``) and the steady-state
-        metrics, in that order."""
-        cols = self.columns()
-        out = summary_from_columns(
-            cols,
+        """The run summary (:func:`prefillkit.sim.stream_summary.streaming_summary`):
+        the list run's ``summarize``, latency statistics, cached-token totals and
+        steady-state metrics, in that order. ``busy``: the executor's busy intervals
+        when decode steps are merged in (None: the batches')."""
+        return streaming_summary(
+            self.requests,
+            self.done_requests,
+            self.batches,
+            busy if busy is not None else batch_busy(self.batches),
+            rejected=self.rejected,
+            rejected_done=self.rejected_done,
             done_sums=self.done_sums,
-            batch_durations=self.batch_durations,
             batch_size_sum=self.batch_size_sum,
-            num_batches=self.num_batches,
+            batch_cached=self.batch_cached,
             counters=counters,
             sim_end_s=sim_end_s,
+            window_s=window_s,
+            percentiles=percentiles,
+            slo_ttft_s=slo_ttft_s,
+            limit=self.limit,
         )
-        out.update(
-            latency_metrics_columns(
-                cols["arrival"],
-                cols["first_token"],
-                cols["first_scheduled"],
-                sim_end_s=sim_end_s,
-                percentiles=percentiles,
-                slo_ttft_s=slo_ttft_s,
-            )
-        )
-        total, dev, host, carried = self.batch_cached
-        out.update(
-            prompt_tokens=self.done_sums[0],
-            batch_cached_tokens=total,
-            batch_device_hit_tokens=dev,
-            batch_host_hit_tokens=host,
-            batch_carried_prefix_tokens=carried,
-        )
-        out.update(
-            steady_metrics_columns(
-                cols["arrival"],
-                cols["first_token"],
-                ~cols["rejected"],
-                cols["klass"],
-                busy,
-                window_s=window_s,
-                sim_end_s=sim_end_s,
-            )
-        )
-        return out
 
-
-def summary_from_columns(
-    cols: dict[str, np.ndarray],
-    *,
-    done_sums: Sequence[int],
-    batch_durations: Sequence[float],
-    batch_size_sum: int,
-    num_batches: int,
-    counters: dict[str, int],
-    sim_end_s: float,
-) -> dict[str, Any]:
-    """:func:`prefillkit.sim.metrics.summarize` from columns (same keys, same numbers).
-
-    ``done_sums``: prompt tokens, device hits, host hits and chunks summed over the
-    requests with a first token."""
-    import numpy as np
-
-    arrival, first_token = cols["arrival"], cols["first_token"]
-    done = np.isfinite(first_token)
-    ttft = first_token[done] - arrival[done]
-    queue = cols["first_scheduled"][done] - arrival[done]
-    input_tokens, dev, host, chunks = done_sums
-    n = len(arrival)
-    n_done = int(done.sum())
-    start = float(arrival.min()) if n else 0.0
-    span = max(sim_end_s - start, 0.0)
-    busy = sum(batch_durations)  # NOTE: Python's sum, in batch order, as summarize
-    rejected = int(cols["rejected"].sum())
-    unfinished = int((~done & ~cols["rejected"]).sum())  # see metrics.summarize
-
-    def ratio(a: float, b: float) -> float | None:
-        return a / b if b else None
-
-    return {
-        "requests": n,
-        "completed": n_done,
-        "rejected": rejected,
-        "unfinished": unfinished,
-        "ttft_p50_s": percentile(ttft, 50),
-        "ttft_p90_s": percentile(ttft, 90),
-        "ttft_p99_s": percentile(ttft, 99),
-        "ttft_max_s": float(ttft.max()) if n_done else None,
-        "ttft_mean_s": float(np.mean(ttft)) if n_done else None,
-        "queueing_mean_s": float(np.mean(queue)) if n_done else None,
-        "device_hit_rate": ratio(dev, input_tokens),
-        "host_hit_rate": ratio(host, input_tokens),
-        "cache_hit_rate": ratio(dev + host, input_tokens),
-        "input_throughput_tok_s": ratio(input_tokens, span),
-        "executor_utilization": ratio(busy, span),
-        "num_batches": num_batches,
-        "mean_batch_size": ratio(batch_size_sum, num_batches),
-        "mean_chunks_per_request": ratio(chunks, n_done),
-        "sim_duration_s": span,
-        **counters,
-    }
+    def release(self) -> None:
+        """Remove the spilled columns' files (the summary is no longer available)."""
+        for cols in (self.requests, self.done_requests, self.batches):
+            cols.close()

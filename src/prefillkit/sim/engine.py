@@ -46,6 +46,7 @@ from prefillkit.sim.steady import (
     check_window_s,
     steady_metrics,
 )
+from prefillkit.sim.stream_summary import BusyChunks
 
 if TYPE_CHECKING:
     import numpy as np
@@ -306,13 +307,16 @@ class Engine:
         if collector is not None:
             collector.close(partial, self.now)
             if nxt is not None:  # a stopped run: the rest still counts in the summary
-                collector.drain(itertools.chain((nxt,), self._arrivals))
+                try:
+                    collector.drain(itertools.chain((nxt,), self._arrivals))
+                except ValueError as e:
+                    raise SimConfigError(str(e)) from None
             summary = collector.summary(
                 counters=counters,
                 percentiles=self.percentiles,
                 slo_ttft_s=self.slo_ttft_s,
                 sim_end_s=self.now,
-                busy=self._busy_intervals(),
+                busy=self._decode_busy(),
                 window_s=self.window_s,
             )
             classes: dict[str, str] = {}
@@ -410,14 +414,14 @@ class Engine:
         import numpy as np
 
         if self.collector is not None:
-            bstarts: Any = self.collector.batch_starts
-            bdurations: Any = self.collector.batch_durations
+            bstarts: Any = self.collector.batches.column("start")
+            bdurations: Any = self.collector.batches.column("duration")
         else:
             bstarts = [b.start_s for b in self.batches]
             bdurations = [b.duration_s for b in self.batches]
         if not self._decode_starts:
             # NOTE: batches start in time order, so the (stable) sort below would be the
-            # identity: no copies (a streaming run's columns are viewed, not copied).
+            # identity: no copies.
             return np.asarray(bstarts, dtype=float), np.asarray(bdurations, dtype=float)
         starts = np.concatenate(
             (np.asarray(bstarts, dtype=float), np.asarray(self._decode_starts, dtype=float))
@@ -427,6 +431,15 @@ class Engine:
         )
         order = np.argsort(starts, kind="stable")
         return starts[order], durations[order]
+
+    def _decode_busy(self) -> BusyChunks | None:
+        """A streaming run's busy intervals with the decode steps merged in (in memory,
+        as the decode steps are: a colocated run), or None: the batches' alone (read
+        from the collector's columns a chunk at a time)."""
+        if not self._decode_starts:
+            return None
+        merged = self._busy_intervals()
+        return lambda: (merged,)
 
     def _handle(self, kind: int, payload: Any) -> None:
         if kind == FORWARD_DONE:

@@ -37,7 +37,6 @@ else:
 __all__ = [
     "DEFAULT_PERCENTILES",
     "latency_metrics",
-    "latency_metrics_columns",
     "parse_duration_s",
     "parse_percentiles",
     "pct_key",
@@ -106,38 +105,6 @@ def _stats(values: Sequence[float], metric: str, percentiles: Iterable[float]) -
     out[f"{metric}_mean_s"] = None if empty else float(arr.mean())
     out[f"{metric}_std_s"] = None if empty else float(arr.std())
     out[f"{metric}_max_s"] = None if empty else float(arr.max())
-    return out
-
-
-def latency_metrics_columns(
-    arrival: np.ndarray,
-    first_token: np.ndarray,
-    first_scheduled: np.ndarray,
-    *,
-    sim_end_s: float,
-    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
-    slo_ttft_s: float | None = None,
-) -> dict[str, Any]:
-    """:func:`latency_metrics` from per-request columns in request order (NaN: no first
-    token / never scheduled); what a streaming run (sim/collect.py) keeps."""
-    chosen = tuple(sorted(set(percentiles)))
-    qs = tuple(sorted(set(DEFAULT_PERCENTILES) | set(chosen)))
-    done = np.isfinite(first_token)
-    ttft = first_token[done] - arrival[done]
-    sched = first_scheduled[done]
-    queue = sched[np.isfinite(sched)] - arrival[done][np.isfinite(sched)]
-    out: dict[str, Any] = {"percentiles": list(chosen)}
-    out.update(_stats(ttft, "ttft", qs))
-    out.update(_stats(queue, "queueing", qs))
-    if slo_ttft_s is not None:
-        n = len(arrival)
-        start = float(arrival.min()) if n else 0.0
-        span = max(sim_end_s - start, 0.0)
-        met = int((ttft <= slo_ttft_s).sum())
-        out["slo_ttft_s"] = slo_ttft_s
-        out["slo_met_requests"] = met
-        out["slo_attainment"] = met / n if n else None
-        out["goodput_req_s"] = met / span if span > 0 else None
     return out
 
 

@@ -367,7 +367,7 @@ class StreamingTraceWriter:
         if self._end is None:
             assert self._sim_end is not None, "the run's end is not known yet"
             start = self._start if self._requests else 0.0
-            # NOTE: the summary's sim_duration_s (sim/collect.py summary_from_columns)
+            # NOTE: the summary's sim_duration_s (sim/stream_summary.py streaming_summary)
             span = max(self._sim_end - start, 0.0)
             self._end = _run_end_s(start, span, self._last_batch_end, self._first_tokens)
         for tid, req, spans, klass in self._waiting:

@@ -29,8 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from prefillkit import __version__
 from prefillkit.app.compare import setting_text
 from prefillkit.app.launch import build_config
@@ -232,11 +230,8 @@ def run_point(point: Mapping[str, Any], hooks: Mapping[str, str] | None = None) 
         return ("error", one_line(f"{type(exc).__name__}: {exc}"), time.perf_counter() - t0)
     collector = engines[0].collector
     assert collector is not None  # NOTE: a streaming run always has one
-    cols = collector.columns()
-    done = np.isfinite(cols["first_token"])
-    # TTFT per completed request in arrival order (the same floats as
-    # first_token_time - arrival_time of each request)
-    ttft = (cols["first_token"][done] - cols["arrival"][done]).tolist()
+    ttft = collector.ttft_values()
+    collector.release()
     row = point_row(spec, cfg, info, result.summary, ttft, bool(result.partial))
     return ("ok", row, time.perf_counter() - t0)
 

@@ -1,0 +1,96 @@
+"""A streaming run's summary read from spilled columns a few rows at a time
+(sim/spill.py, sim/stream_summary.py) is the list run's, float for float."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from prefillkit.app.replay import WorkloadSpec, load_requests, open_workload
+from prefillkit.app.settings import Config
+from prefillkit.sim.collect import RunCollector
+from prefillkit.sim.engine import Engine, SimResult
+from prefillkit.workloads.replay import ReplayOptions
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "pd-cp8": {"tp_size": 8, "cp_size": 8, "enable_cp_shared_kv": True, "page_size": 64,
+               "enable_hierarchical_cache": True, "max_total_tokens": 300_000},
+    "colocated-tight": {"tp_size": 1, "mode": "colocated", "max_total_tokens": 60_000,
+                        "schedule_policy": "lpm", "model": "llama-3.1-8b"},
+    "affinity": {"tp_size": 8, "cp_size": 8, "enable_cp_shared_kv": True,
+                 "enable_cp_shared_kv_prefill_bs_gt1": True, "enable_affinity": True,
+                 "max_total_tokens": 400_000},
+}  # fmt: skip
+
+SPEC = WorkloadSpec(
+    generator="agentic",
+    generator_args={"num_sessions": 40, "session_arrival_rate": 2.0},
+    replay=ReplayOptions(spread_buckets=True, time_scale=0.5),
+)
+
+
+def _run(cfg: Config, streaming: bool, chunk_rows: int = 3, limit: int = 2) -> SimResult:
+    page = cfg.resolved_page_size
+    if streaming:
+        engine = Engine(cfg.sim_settings(), open_workload(SPEC, page_size=page, seed=0).requests,
+                        window_s=5.0)  # fmt: skip
+        c = engine.collector
+        assert c is not None
+        engine.collector = RunCollector(c.terms, c.warm_floor, c.sink,
+                                        chunk_rows=chunk_rows, limit=limit)  # fmt: skip
+    else:
+        listed = load_requests(SPEC, page_size=page, seed=0).requests
+        engine = Engine(cfg.sim_settings(), listed, window_s=5.0)
+    engine.percentiles = (10.0, 50.0, 99.9)
+    engine.slo_ttft_s = 1.5
+    return engine.run()
+
+
+def _doc(res: SimResult) -> str:
+    summary = {k: v for k, v in res.summary.items() if k != "wall_time_s"}
+    return json.dumps(summary, sort_keys=False)  # key order and every float's digits
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_the_summary_from_spilled_columns_is_the_list_runs(name: str) -> None:
+    cfg = Config(**CONFIGS[name])  # type: ignore[arg-type]
+    want = _doc(_run(cfg, streaming=False))
+    assert json.loads(want)["num_windows"] > 3 and json.loads(want)["completed"] > 100
+    assert _doc(_run(cfg, streaming=True)) == want
+    assert _doc(_run(cfg, streaming=True, chunk_rows=1, limit=1)) == want
+    assert _doc(_run(cfg, streaming=True, chunk_rows=1 << 16, limit=1 << 16)) == want
+
+
+def test_spilled_columns_read_back_what_was_appended() -> None:
+    from prefillkit.sim.spill import SpillColumns
+
+    cols = SpillColumns({"x": "d", "k": "b"}, chunk_rows=4)
+    xs, ks = cols.tails
+    for i in range(11):
+        xs.append(i * 0.5)
+        ks.append(i % 3)
+        cols.row_added()
+    assert len(cols) == 11 and len(xs) == 3  # two chunks on disk
+    assert cols.column("x").tolist() == [i * 0.5 for i in range(11)]
+    assert cols.read("k", 2, 9).tolist() == [i % 3 for i in range(2, 9)]
+    assert [len(c) for c in cols.chunks("x", 1, 10)] == [4, 4, 1]
+    cols.close()
+    assert len(cols) == 0 and cols.column("x").tolist() == []
+
+
+def test_a_stopped_run_refuses_unseen_requests_out_of_order() -> None:
+    from prefillkit.request import Request
+    from prefillkit.sim.engine import SimConfigError
+
+    reqs = [Request.from_tokens(f"r{i}", list(range(100 + i)), page_size=1, arrival_time=t)
+            for i, t in enumerate((0.0, 5.0, 9.0, 7.0))]  # fmt: skip
+    engine = Engine(Config(tp_size=8).sim_settings(), iter(reqs))
+
+    def stop(done: int, total: int) -> None:
+        engine.stop_requested = True
+
+    engine.on_progress = stop
+    with pytest.raises(SimConfigError, match="must arrive in order: 'r3' at 7 s, after 9 s"):
+        engine.run()
