@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -94,3 +95,32 @@ def test_a_stopped_run_refuses_unseen_requests_out_of_order() -> None:
     engine.on_progress = stop
     with pytest.raises(SimConfigError, match="must arrive in order: 'r3' at 7 s, after 9 s"):
         engine.run()
+
+
+def test_a_full_temporary_directory_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+    import tempfile
+
+    from prefillkit.cli import run
+    from prefillkit.sim import spill
+    from prefillkit.sim.spill import SpillColumns, SpillError
+
+    monkeypatch.setattr(spill.tempfile, "TemporaryFile", lambda **kw: open("/dev/full", "r+b"))
+    cols = SpillColumns({"x": "d"}, chunk_rows=2)
+    cols.tails[0].extend([1.0, 2.0])
+    with pytest.raises(SpillError, match=f"cannot write the run's summary columns in "
+                       f"{tempfile.gettempdir()} \\(set TMPDIR\\): No space left"):  # fmt: skip
+        cols.spill()
+
+    def full(self: SpillColumns) -> None:
+        raise spill._failed(OSError(errno.ENOSPC, "No space left on device"), "write")
+
+    monkeypatch.setattr(SpillColumns, "row_added", full)
+    code = run(["replay", "--out", str(tmp_path / "o"), "-q", "--agentic-sessions", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("prefillkit: error: cannot write the run's summary columns in "), err
+    assert err.endswith("(set TMPDIR): No space left on device\n"), err
+    assert not (tmp_path / "o" / "summary.json").exists()

@@ -94,6 +94,7 @@ from prefillkit.sim.output import (
     write_run,
 )
 from prefillkit.sim.slo import parse_duration_s, parse_percentiles, pct_key, pct_label
+from prefillkit.sim.spill import SpillError
 from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s
 from prefillkit.sim.trace_events import StreamingTraceWriter, write_trace_events
 from prefillkit.text import one_line
@@ -954,6 +955,8 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             # A deployment the simulator cannot build: name the --config file when the
             # setting at fault comes from it.
             raise type(exc)(resolved.blame(str(exc))) from None
+        except SpillError as exc:
+            raise InputError(_os_reason(exc)) from None
         except OSError as exc:
             if timeline is not None and timeline.error is exc:
                 raise InputError(f"--trace-events {trace_events}: {_os_reason(exc)}") from None

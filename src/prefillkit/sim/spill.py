@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 else:
     np = lazy_module("numpy")
 
-__all__ = ["CHUNK_ROWS", "SpillColumns"]
+__all__ = ["CHUNK_ROWS", "SpillColumns", "SpillError"]
 
 #: Rows buffered in memory before they go to the files (1.5 MB for the request
 #: columns' 25 bytes a row).
@@ -38,6 +38,19 @@ CHUNK_ROWS: int = 1 << 16
 
 #: array typecode -> numpy dtype.
 _DTYPES: dict[str, str] = {"d": "f8", "b": "i1", "q": "i8"}
+
+
+class SpillError(OSError):
+    """The columns could not be written to (or read back from) the temporary directory;
+    the message is one line naming it."""
+
+
+def _failed(exc: OSError, what: str) -> SpillError:
+    where = tempfile.gettempdir()
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return SpillError(
+        exc.errno, f"cannot {what} the run's summary columns in {where} (set TMPDIR): {reason}"
+    )
 
 
 class SpillColumns:
@@ -68,13 +81,18 @@ class SpillColumns:
         tails = self.tails
         if not tails[0]:
             return
-        if self._files is None:
-            self._files = [tempfile.TemporaryFile(prefix="prefillkit-") for _ in tails]
         rows = len(tails[0])
-        for f, tail in zip(self._files, tails, strict=True):
-            if len(tail) != rows:
-                raise RuntimeError(f"column lengths differ: {len(tail)} != {rows}")
-            f.write(memoryview(tail).cast("B"))
+        try:
+            if self._files is None:
+                self._files = [tempfile.TemporaryFile(prefix="prefillkit-") for _ in tails]
+            for f, tail in zip(self._files, tails, strict=True):
+                if len(tail) != rows:
+                    raise RuntimeError(f"column lengths differ: {len(tail)} != {rows}")
+                f.write(memoryview(tail).cast("B"))
+                f.flush()
+        except OSError as exc:
+            raise _failed(exc, "write") from None
+        for tail in tails:
             del tail[:]
         self._spilled += rows
 
@@ -98,12 +116,14 @@ class SpillColumns:
         parts: list[np.ndarray] = []
         if lo < self._spilled:
             f = self._files[i]  # type: ignore[index]
-            f.flush()
             end = min(hi, self._spilled)
             size = dtype.itemsize
-            data = os.pread(f.fileno(), (end - lo) * size, lo * size)
+            try:
+                data = os.pread(f.fileno(), (end - lo) * size, lo * size)
+            except OSError as exc:
+                raise _failed(exc, "read") from None
             if len(data) != (end - lo) * size:
-                raise OSError(f"short read from the spilled column {name!r}")
+                raise SpillError(f"cannot read the run's summary columns: {name!r} is short")
             parts.append(np.frombuffer(data, dtype=dtype))
         if hi > self._spilled:
             tail = np.frombuffer(self.tails[i], dtype=dtype)
