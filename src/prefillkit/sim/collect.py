@@ -5,11 +5,12 @@ drops each request once it is done (finished or rejected): :class:`RunCollector`
 only the columns the summary needs, in arrival order, in
 :class:`~prefillkit.sim.spill.SpillColumns` (memory buffers that go to temporary files
 a chunk at a time, so memory does not grow with the run): per request its arrival and
-whether it was rejected (:data:`REQUEST_COLUMNS`), per request with a first token its
-TTFT, queueing time, arrival, first token and cache class (:data:`DONE_COLUMNS`), per
-batch its start and duration (:data:`BATCH_COLUMNS`); the token and chunk totals and
-the counts are running sums. It hands each request's ``requests.csv`` row and each
-batch's ``batches.csv`` row to a :class:`RowSink` (e.g.
+whether it was rejected (:data:`SUMMARY_REQUEST_COLUMNS`), per request with a first
+token its TTFT, queueing time, arrival, first token and cache class
+(:data:`SUMMARY_DONE_COLUMNS`), per batch its start and duration
+(:data:`SUMMARY_BATCH_COLUMNS`); the token and chunk totals and the counts are running
+sums. It hands each request's ``requests.csv`` row and each batch's ``batches.csv`` row
+to a :class:`RowSink` (e.g.
 :class:`prefillkit.sim.output.StreamingRunWriter`). Rows go out in the order a
 non-streaming run writes them: batches as they start, requests in arrival order (a
 finished request's row and column values wait until every earlier arrival's are
@@ -44,9 +45,9 @@ from prefillkit.sim.steady import CLASS_CODES
 from prefillkit.sim.stream_summary import BusyChunks, batch_busy, streaming_summary
 
 __all__ = [
-    "BATCH_COLUMNS",
-    "DONE_COLUMNS",
-    "REQUEST_COLUMNS",
+    "SUMMARY_BATCH_COLUMNS",
+    "SUMMARY_DONE_COLUMNS",
+    "SUMMARY_REQUEST_COLUMNS",
     "RowSink",
     "RunCollector",
     "TimelineSink",
@@ -55,9 +56,9 @@ __all__ = [
 NAN = math.nan
 
 #: The columns kept per request (``array`` typecodes; 9 bytes a request).
-REQUEST_COLUMNS: dict[str, str] = {"arrival": "d", "kept": "b"}
+SUMMARY_REQUEST_COLUMNS: dict[str, str] = {"arrival": "d", "kept": "b"}
 #: ... per request with a first token (33 bytes).
-DONE_COLUMNS: dict[str, str] = {
+SUMMARY_DONE_COLUMNS: dict[str, str] = {
     "ttft": "d",
     "queue": "d",
     "arrival": "d",
@@ -65,7 +66,7 @@ DONE_COLUMNS: dict[str, str] = {
     "klass": "b",
 }
 #: ... per batch (16 bytes).
-BATCH_COLUMNS: dict[str, str] = {"start": "d", "duration": "d"}
+SUMMARY_BATCH_COLUMNS: dict[str, str] = {"start": "d", "duration": "d"}
 
 #: A done request's column values: arrival, rejected, first token, first scheduled
 #: (None: none) and cache class code.
@@ -125,9 +126,9 @@ class RunCollector:
         # first token, cache class code); the batches (start, duration).
         # ``chunk_rows``: rows a column buffers before it spills; ``limit``: values the
         # summary's statistics hold at once (sim/exact_stats.py; tests make both small).
-        self.requests = SpillColumns(REQUEST_COLUMNS, chunk_rows)
-        self.done_requests = SpillColumns(DONE_COLUMNS, chunk_rows)
-        self.batches = SpillColumns(BATCH_COLUMNS, chunk_rows)
+        self.requests = SpillColumns(SUMMARY_REQUEST_COLUMNS, chunk_rows)
+        self.done_requests = SpillColumns(SUMMARY_DONE_COLUMNS, chunk_rows)
+        self.batches = SpillColumns(SUMMARY_BATCH_COLUMNS, chunk_rows)
         self.limit = limit
         self.rejected = 0
         self.rejected_done = 0  # rejected after a first token (colocated, requeued)
