@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,16 +13,7 @@ from prefillkit.app.settings import Config
 from prefillkit.sim.collect import RunCollector
 from prefillkit.sim.engine import Engine, SimResult
 from prefillkit.workloads.replay import ReplayOptions
-
-CONFIGS: dict[str, dict[str, Any]] = {
-    "pd-cp8": {"tp_size": 8, "cp_size": 8, "enable_cp_shared_kv": True, "page_size": 64,
-               "enable_hierarchical_cache": True, "max_total_tokens": 300_000},
-    "colocated-tight": {"tp_size": 1, "mode": "colocated", "max_total_tokens": 60_000,
-                        "schedule_policy": "lpm", "model": "llama-3.1-8b"},
-    "affinity": {"tp_size": 8, "cp_size": 8, "enable_cp_shared_kv": True,
-                 "enable_cp_shared_kv_prefill_bs_gt1": True, "enable_affinity": True,
-                 "max_total_tokens": 400_000},
-}  # fmt: skip
+from test_streaming import CONFIGS
 
 SPEC = WorkloadSpec(
     generator="agentic",

@@ -62,6 +62,7 @@ __all__ = [
     "steady_metrics",
     "steady_metrics_columns",
     "ttft_stats",
+    "window_record",
 ]
 
 DEFAULT_WINDOW_S: float = 60.0
@@ -182,23 +183,44 @@ def _windows(
         length = float(clipped[i + 1] - clipped[i])
         util = float(busy_at[i + 1] - busy_at[i]) / length if length > 0 else None
         window_ttft = sample[bounds[i] : bounds[i + 1]]
-        grew = bool(backlog[i + 1] > backlog[i])
         out.append(
-            {
-                "index": i,
-                "start_s": float(edges[i]),
-                "end_s": float(clipped[i + 1]),
-                "arrivals": int(arrivals[i]),
-                "requests": len(window_ttft),
-                "first_tokens": int(firsts[i]),
-                "utilization": util,
-                "backlog_start": int(backlog[i]),
-                "backlog_end": int(backlog[i + 1]),
-                "saturated": util is not None and util >= SATURATED_UTILIZATION and grew,
-                **ttft_stats(window_ttft, "ttft_"),
-            }
+            window_record(
+                i,
+                (float(edges[i]), float(clipped[i + 1])),
+                (int(arrivals[i]), len(window_ttft), int(firsts[i])),
+                util,
+                (int(backlog[i]), int(backlog[i + 1])),
+                ttft_stats(window_ttft, "ttft_"),
+            )
         )
     return out
+
+
+def window_record(
+    index: int,
+    span: tuple[float, float],
+    counts: tuple[int, int, int],
+    utilization: float | None,
+    backlog: tuple[int, int],
+    stats: Mapping[str, float | None],
+) -> dict[str, Any]:
+    """One window's record (module docstring): its ``(start_s, end_s)``, ``(arrivals,
+    requests, first_tokens)``, utilization, ``(backlog_start, backlog_end)`` and TTFT
+    statistics (:func:`ttft_stats`)."""
+    grew = backlog[1] > backlog[0]
+    return {
+        "index": index,
+        "start_s": span[0],
+        "end_s": span[1],
+        "arrivals": counts[0],
+        "requests": counts[1],
+        "first_tokens": counts[2],
+        "utilization": utilization,
+        "backlog_start": backlog[0],
+        "backlog_end": backlog[1],
+        "saturated": utilization is not None and utilization >= SATURATED_UTILIZATION and grew,
+        **stats,
+    }
 
 
 #: Cache class -> its code in a class column (0: never admitted, no class).

@@ -28,10 +28,10 @@ from prefillkit.sim.slo import DEFAULT_PERCENTILES, pct_key
 from prefillkit.sim.spill import SpillColumns
 from prefillkit.sim.steady import (
     CLASS_CODES,
-    SATURATED_UTILIZATION,
     num_windows,
     overload_runs,
     steady_interval,
+    window_record,
 )
 from prefillkit.text import lazy_module
 
@@ -170,22 +170,16 @@ def _windows(
     for i in range(n):
         length = float(clipped[i + 1] - clipped[i])
         util = float(busy_at[i + 1] - busy_at[i]) / length if length > 0 else None
-        grew = bool(backlog[i + 1] > backlog[i])
         sample = _Column(done, "ttft", int(bounds[i]), int(bounds[i + 1]))
         out.append(
-            {
-                "index": i,
-                "start_s": float(edges[i]),
-                "end_s": float(clipped[i + 1]),
-                "arrivals": int(arrived[i + 1] - arrived[i]),
-                "requests": len(sample),
-                "first_tokens": int(firsts[i]),
-                "utilization": util,
-                "backlog_start": int(backlog[i]),
-                "backlog_end": int(backlog[i + 1]),
-                "saturated": util is not None and util >= SATURATED_UTILIZATION and grew,
-                **_ttft_stats(sample.chunks, len(sample), "ttft_", limit),
-            }
+            window_record(
+                i,
+                (float(edges[i]), float(clipped[i + 1])),
+                (int(arrived[i + 1] - arrived[i]), len(sample), int(firsts[i])),
+                util,
+                (int(backlog[i]), int(backlog[i + 1])),
+                _ttft_stats(sample.chunks, len(sample), "ttft_", limit),
+            )
         )
     return out
 
