@@ -341,7 +341,11 @@ def summarize(
     host = sum(r.host_hit_tokens for r in done)
     start = min((r.arrival_time for r in requests), default=0.0)
     span = max(sim_end_s - start, 0.0)
-    busy = sum(b.duration_s for b in batches)
+    # NOTE: summed one at a time, in batch order (Python >= 3.12's sum() of floats is
+    # compensated): the streaming summary's running sum (sim/stream_summary.py).
+    busy = 0.0
+    for b in batches:
+        busy += b.duration_s
     rejected = sum(1 for r in requests if r.status is ReqStatus.REJECTED)
     # NOTE: a request rejected on a requeue (Scheduler._retract) may have its first token:
     # it counts as completed and as rejected; unfinished is neither.
