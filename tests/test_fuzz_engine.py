@@ -995,7 +995,9 @@ def test_engine_fuzz(sc: Scenario) -> None:
 
 
 @INSTRUMENTS
-@settings(FUZZ_SETTINGS, max_examples=max(8, FUZZ_EXAMPLES // 10))
+# NOTE: a fortieth of the examples (5 in CI): with the roofline model a colocated example
+# can take seconds (20 examples took 17-187 s on the 2-core VM, depending on the draw).
+@settings(FUZZ_SETTINGS, max_examples=max(5, FUZZ_EXAMPLES // 40))
 @given(sc=scenarios(real_cost=True))
 def test_engine_fuzz_default_cost_model(sc: Scenario) -> None:
     describe_scenario(sc)
