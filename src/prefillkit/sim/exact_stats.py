@@ -30,7 +30,7 @@ distinct keys here, equal to numpy (a TTFT difference is never ``-0.0``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from prefillkit.text import lazy_module
@@ -187,9 +187,3 @@ def mean_std(read: Reader, n: int, limit: int = LIMIT) -> tuple[float, float]:
 
     var = pairwise_sum(squared, 0, n, limit) / n
     return mean, math.sqrt(var)
-
-
-def iter_ranges(read: Reader, lo: int, hi: int, step: int = LIMIT) -> Iterator[np.ndarray]:
-    """``read`` over ``[lo, hi)`` in pieces of at most ``step`` values."""
-    for a in range(lo, hi, step):
-        yield read(a, min(a + step, hi))

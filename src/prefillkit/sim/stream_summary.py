@@ -118,7 +118,6 @@ def _busy_before(busy: BusyChunks, t: np.ndarray) -> tuple[np.ndarray, float]:
     order (numpy's ``cumsum`` adds them one at a time), carried from chunk to chunk."""
     out = np.zeros(len(t))
     carry = 0.0  # durations before this chunk, summed in order
-    seen = 0
     for starts, durations in busy():
         if len(starts) == 0:
             continue
@@ -133,7 +132,6 @@ def _busy_before(busy: BusyChunks, t: np.ndarray) -> tuple[np.ndarray, float]:
         # before it; later chunks overwrite earlier ones.
         out = np.where(inside, value, out)
         carry = float(running[-1])
-        seen += len(starts)
     return out, carry
 
 
