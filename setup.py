@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -63,7 +65,30 @@ def _warn(msg: str) -> None:
 
 
 class _OptionalBuildExt(build_ext):
-    """build_ext that falls back to the pure-Python package when compiling fails."""
+    """build_ext that compiles an extension's C files in parallel (one compiler process per
+    core, largest file first) and falls back to the pure-Python package when compiling fails.
+    """
+
+    def build_extension(self, ext: Any) -> None:
+        compile_serial = self.compiler.compile
+        jobs = min(len(ext.sources), os.cpu_count() or 1)
+
+        def compile_parallel(sources: list[str], *args: Any, **kwargs: Any) -> list[str]:
+            # NOTE: one call per source, each its own compiler process (the threads only
+            # wait); the object list keeps the sources' order, as the linker gets it.
+            by_size = sorted(sources, key=lambda s: -Path(s).stat().st_size)
+            with ThreadPoolExecutor(jobs) as pool:
+                done = {s: pool.submit(compile_serial, [s], *args, **kwargs) for s in by_size}
+                return [obj for s in sources for obj in done[s].result()]
+
+        if jobs == 1:
+            super().build_extension(ext)
+            return
+        self.compiler.compile = compile_parallel  # type: ignore[method-assign]
+        try:
+            super().build_extension(ext)
+        finally:
+            del self.compiler.compile  # the class's (serial) method again
 
     def run(self) -> None:
         try:
@@ -87,7 +112,12 @@ def _ext_modules() -> list:
         return []
     # NOTE: numpy appears only in annotations of the compiled modules; a build
     # environment without it types those as Any (--ignore-missing-imports).
-    return mypycify(["--ignore-missing-imports", *COMPILED], opt_level="3", group_name="prefillkit")
+    # NOTE: one C file per module (multi_file), so the build compiles them in parallel
+    # (a single 17 MB file took ~2 min of one core; measured no difference at run time).
+    return mypycify(
+        ["--ignore-missing-imports", *COMPILED], opt_level="3", group_name="prefillkit",
+        multi_file=True,
+    )  # fmt: skip
 
 
 setup(ext_modules=_ext_modules(), cmdclass={"build_ext": _OptionalBuildExt})

@@ -16,6 +16,9 @@ import pytest
 
 from prefillkit.app.settings import Config, field_flag
 
+# NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.
+pytestmark = pytest.mark.interpreted
+
 ROOT = Path(__file__).resolve().parents[1]
 MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake_fast25" / "conversation_trace.jsonl"
 # The bundled slice (its first 600 requests are the full trace's): runs from any clone.

@@ -24,6 +24,9 @@ from pathlib import Path
 
 import pytest
 
+# NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.
+pytestmark = pytest.mark.interpreted
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 TRACES = SRC.parent.parent / "shared" / "traces"
 MOONCAKE = TRACES / "mooncake_fast25" / "conversation_trace.jsonl"

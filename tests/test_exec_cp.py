@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import pytest
 
+# NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.
+pytestmark = pytest.mark.interpreted
+
 torch = pytest.importorskip("torch")
 
 from exec_support import (  # noqa: E402

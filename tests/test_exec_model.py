@@ -13,6 +13,9 @@ import math
 
 import pytest
 
+# NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.
+pytestmark = pytest.mark.interpreted
+
 torch = pytest.importorskip("torch")
 
 from exec_support import cold, differs, prompt  # noqa: E402

@@ -29,6 +29,9 @@ import pytest
 from prefillkit.report.rundir import load_run
 from prefillkit.sim.output import SUMMARY_FILE
 
+# NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.
+pytestmark = pytest.mark.interpreted
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 OLD, NEW = 40, 500  # requests of the previous run and of the signalled one
 

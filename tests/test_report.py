@@ -28,6 +28,9 @@ from prefillkit.report.compare import (
 from prefillkit.report.html import write_report
 from prefillkit.report.rundir import BATCH_COLUMNS, REQUEST_COLUMNS, RunData, load_run
 
+# NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.
+pytestmark = pytest.mark.interpreted
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 N_REQ = 300
 

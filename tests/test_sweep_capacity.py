@@ -25,6 +25,9 @@ from prefillkit.app.sweep.grid import load_grid
 from prefillkit.app.sweep.points import run_point
 from prefillkit.cli import run
 
+# NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.
+pytestmark = pytest.mark.interpreted
+
 N = 40
 
 

@@ -12,6 +12,9 @@ from prefillkit.app.sweep.grid import load_grid
 from prefillkit.cli import run
 from sweep_support import TINY_GRID, write
 
+# NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.
+pytestmark = pytest.mark.interpreted
+
 
 def test_expands_workloads_seeds_axes(tmp_path: Path) -> None:
     grid = load_grid(write(tmp_path / "g.toml", TINY_GRID))

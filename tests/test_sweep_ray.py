@@ -18,6 +18,9 @@ import pytest
 
 from sweep_support import TINY_GRID, task_log, write
 
+# NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.
+pytestmark = pytest.mark.interpreted
+
 ray = pytest.importorskip("ray")
 pytest.importorskip("pyarrow")
 

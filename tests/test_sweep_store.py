@@ -9,6 +9,9 @@ import pytest
 
 from sweep_support import TINY_GRID, task_log, write
 
+# NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.
+pytestmark = pytest.mark.interpreted
+
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
