@@ -71,7 +71,10 @@ class _OptionalBuildExt(build_ext):
 
     def build_extension(self, ext: Any) -> None:
         compile_serial = self.compiler.compile
-        jobs = min(len(ext.sources), os.cpu_count() or 1)
+        # NOTE: the cores this process may run on, at most 8 (the largest module's
+        # compiler process peaks at ~160 MB).
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        jobs = min(len(ext.sources), cores or 1, 8)
 
         def compile_parallel(sources: list[str], *args: Any, **kwargs: Any) -> list[str]:
             # NOTE: one call per source, each its own compiler process (the threads only
