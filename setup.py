@@ -66,7 +66,8 @@ def _warn(msg: str) -> None:
 
 class _OptionalBuildExt(build_ext):
     """build_ext that compiles an extension's C files in parallel (one compiler process per
-    core, largest file first) and falls back to the pure-Python package when compiling fails.
+    usable core, at most 8, largest file first) and falls back to the pure-Python package
+    when compiling fails.
     """
 
     def build_extension(self, ext: Any) -> None:
