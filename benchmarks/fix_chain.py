@@ -20,6 +20,13 @@ Prints the Markdown table that README.md's first section shows (p50/p90/p99/max 
 of warm and cold requests separately, throughput, the paired p99 difference with its
 95 % bootstrap interval) and writes ``docs/fix_chain.png``. Every number comes from
 the run; nothing is edited by hand.
+
+The verdict rests on the forward model, above all on how small GEMMs lose efficiency
+(``prefillkit.sim.gemm``). ``--models`` (default ``tiles,sqrt-h100,ideal``) runs the
+same chain once per forward model (``--small-gemm X`` for the roofline, ``aic`` for
+``--cost-model aic`` when the extra is installed) and prints the verdict side by side:
+"bs > 1: p99 ×a under tiles, ×b under sqrt-h100, ...". The first model's run is the
+main table and the plot.
 """
 
 from __future__ import annotations
@@ -56,7 +63,12 @@ CHAIN: tuple[tuple[str, str], ...] = (
 DEFAULT_RATE = 0.035
 
 
-def run_compare(out: Path, rate: float, jobs: int | None) -> None:
+def model_flags(model: str) -> list[str]:
+    """The flags that select forward model ``model`` (a small-GEMM assumption or aic)."""
+    return ["--cost-model", "aic"] if model == "aic" else ["--small-gemm", model]
+
+
+def run_compare(out: Path, rate: float, jobs: int | None, model: str = "tiles") -> None:
     cmd = [
         sys.executable,
         "-m",
@@ -67,6 +79,7 @@ def run_compare(out: Path, rate: float, jobs: int | None) -> None:
         "--agentic-session-rate",
         str(rate),
         *SEED_DEPLOYMENT,
+        *model_flags(model),
         *[f"--variant={name}:{flags}" for name, flags in CHAIN],
         "--out",
         str(out),
@@ -132,19 +145,51 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def verdict(models: list[str], p99s: dict[str, dict[str, float]]) -> str:
+    """The chain's verdict per forward model: each variant's p99 over the baseline's."""
+    lines = [
+        "| forward model | fcfs-bs1 p99 (s) | "
+        + " | ".join(f"{name} p99 (s, × baseline)" for name, _ in CHAIN[1:])
+        + " |",
+        "| --- | ---: |" + " ---: |" * (len(CHAIN) - 1),
+    ]
+    for model in models:
+        row = p99s[model]
+        base = row["fcfs-bs1"]
+        cells = [f"{row[n]:.1f} (×{row[n] / base:.2f})" for n, _ in CHAIN[1:]]
+        label = "aic (measured tables)" if model == "aic" else f"roofline, small GEMMs: {model}"
+        lines.append(f"| {label} | {base:.1f} | " + " | ".join(cells) + " |")
+    said = ", ".join(f"×{p99s[m]['bs-gt1'] / p99s[m]['fcfs-bs1']:.2f} under {m}" for m in models)
+    return "\n".join(lines) + f"\n\nbs > 1 (p99 over FCFS bs = 1): {said}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="fix_chain_out", help="compare output folder")
     ap.add_argument("--rate", type=float, default=DEFAULT_RATE, help="sessions per second")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--plot", default=str(ROOT / "docs" / "fix_chain.png"))
+    ap.add_argument(
+        "--models",
+        default="tiles,sqrt-h100,ideal",
+        help="forward models, comma-separated: small-GEMM assumptions and/or aic",
+    )
     args = ap.parse_args()
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
     out = Path(args.out)
-    run_compare(out, args.rate, args.jobs)
-    text, rows = table(out)
-    print(text)
-    plot(rows, Path(args.plot))
-    print(f"\nwrote {args.plot}; run folders in {out}/", file=sys.stderr)
+    p99s: dict[str, dict[str, float]] = {}
+    for i, model in enumerate(models):
+        run_out = out if i == 0 else out.with_name(f"{out.name}-{model}")
+        run_compare(run_out, args.rate, args.jobs, model)
+        text, rows = table(run_out)
+        p99s[model] = {r["name"]: float(r["ttft_p99_s"]) for r in rows}
+        if i == 0:
+            print(f"forward model: {model}\n")
+            print(text)
+            plot(rows, Path(args.plot))
+            print(f"\nwrote {args.plot}; run folders in {out}/", file=sys.stderr)
+    print()
+    print(verdict(models, p99s))
 
 
 if __name__ == "__main__":

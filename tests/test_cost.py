@@ -32,34 +32,54 @@ def llama() -> RooflineCostModel:
 
 
 def test_llama_linear_term_matches_analytic_value(llama: RooflineCostModel) -> None:
-    # The dense bf16 linear term by hand: 2 x token-local params (active params less the
-    # embedding and LM head) x tokens / (peak_bf16 x 0.7) once the batch has >= 512 rows.
-    model = get_model("llama-3.1-8b")
-    gpu = get_gpu("h100")
+    # The dense bf16 linear term by hand at 4,096 rows on H100 (132 SMs, 989 TFLOPS bf16 x
+    # 0.7), tile model: qkv_proj (4096 -> 48 x 128) has 32 x 48 = 1,536 tiles = 12 waves;
+    # o_proj (4096 -> 4096): 32 x 32 = 1,024 tiles = 8 waves; gate_up (4096 -> 28,672):
+    # 32 x 224 = 7,168 tiles = 55 waves; down (14,336 -> 4096): 1,024 tiles = 8 waves.
+    # Every wave is one 128 x 128 tile's 2 x 128 x 128 x k FLOPs on one SM; 32 layers.
     assert llama.gemm_dtype == "bf16"
     assert llama.eff_gemm == HOPPER.gemm_bf16 == 0.7
-    local = model.active_params - 2 * 128_256 * 4096
-    for tokens in (512, 4096, 16_384):
-        expected = 2 * local * tokens / (gpu.peak_flops_bf16 * 0.7)
-        batch = [ReqShape(0, tokens)]
-        assert llama.breakdown(batch)["linear"] == pytest.approx(expected, rel=1e-12)
-        # Compute-bound at these sizes: the weight-read term is smaller.
-        weights_s = model.weight_bytes / (gpu.hbm_bandwidth * HOPPER.mem)
-        assert expected > weights_s
-
-
-def test_gemm_efficiency_ramp_below_512_tokens(llama: RooflineCostModel) -> None:
-    assert llama.gemm_efficiency(512) == pytest.approx(0.7)
-    assert llama.gemm_efficiency(10_000) == pytest.approx(0.7)
-    assert llama.gemm_efficiency(128) == pytest.approx(0.7 * 0.5)
-    # Tiny batches sit on the memory roofline (all weights read once).
+    sm_rate = 989e12 * 0.7 / 132
+    wave = 2 * 128 * 128 / sm_rate
+    per_layer = (12 + 8 + 55) * wave * 4096 + 8 * wave * 14_336
+    assert llama.breakdown([ReqShape(0, 4096)])["linear"] == pytest.approx(
+        32 * per_layer, rel=1e-12
+    )
+    # Against the ideal 2 x params x rows / (peak x eff): waves lose 5-9 % here.
     model = get_model("llama-3.1-8b")
-    gpu = get_gpu("h100")
-    weights_s = model.weight_bytes / (gpu.hbm_bandwidth * HOPPER.mem)
-    assert llama.linear_time(1) == pytest.approx(weights_s)
-    # Compute time still grows with tokens through the ramp.
-    times = [llama.linear_time(t) for t in (1, 64, 128, 256, 511, 512, 1024)]
+    ideal = 2 * model.token_local_params * 4096 / (989e12 * 0.7)
+    assert 1.0 < 32 * per_layer / ideal < 1.1
+    assert model.token_local_params == pytest.approx(8.03e9 - 2 * 128_256 * 4096, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("small_gemm", "eff_128", "eff_100"),
+    [
+        ("tiles", 0.7, 0.7 * 100 / 128),
+        ("sqrt-h100", 0.7 * 0.5, 0.7 * math.sqrt(100 / 512)),
+        ("ideal", 0.7, 0.7),
+    ],
+)
+def test_gemm_efficiency_per_small_gemm_assumption(
+    small_gemm: str, eff_128: float, eff_100: float
+) -> None:
+    cm = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100"), 1, small_gemm=small_gemm)
+    assert cm.gemm_efficiency(128) == pytest.approx(eff_128)
+    assert cm.gemm_efficiency(100) == pytest.approx(eff_100)
+    padded = 0.7 * 10_000 / 10_112  # 79 tiles of 128 rows
+    assert cm.gemm_efficiency(10_000) == pytest.approx(padded if small_gemm == "tiles" else 0.7)
+    # One row sits on the memory roofline: every weight read once (+ tiny activations; under
+    # the tile model o_proj's padded 64-row tile costs slightly more than its weights).
+    model = get_model("llama-3.1-8b")
+    weights_s = model.token_local_params * 2 / (get_gpu("h100").hbm_bandwidth * HOPPER.mem)
+    assert weights_s <= cm.linear_time(1) <= weights_s * 1.01
+    times = [cm.linear_time(t) for t in (1, 64, 128, 256, 511, 512, 1024)]
     assert times == sorted(times)
+
+
+def test_unknown_small_gemm_assumption_is_refused() -> None:
+    with pytest.raises(ValueError, match="small_gemm must be one of tiles, sqrt-h100, ideal"):
+        RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100"), 1, small_gemm="cubic")
 
 
 def test_fp8_moe_defaults(dsv32: RooflineCostModel) -> None:
@@ -109,11 +129,33 @@ def test_dense_model_prefix_costs_attention(llama: RooflineCostModel) -> None:
     assert long["indexer"] == short["indexer"] == 0.0
 
 
-def test_sparse_attention_continuous_at_threshold(dsv32: RooflineCostModel) -> None:
-    at = dsv32.breakdown([ReqShape(0, 2048)])
-    above = dsv32.breakdown([ReqShape(0, 2049)])
-    assert above["attention"] == pytest.approx(at["attention"], rel=2e-3)
-    assert at["indexer"] == 0.0 < above["indexer"]
+def test_attention_form_switches_as_sglang_decides(dsv32: RooflineCostModel) -> None:
+    # DSA without CP: MHA one-shot while every sequence is <= 2,048 keys, 2 H (d_qk + d_v)
+    # = 2 x 128 x (192 + 128) FLOPs per pair per layer; absorbed MLA above it,
+    # 2 x 128 x (512 + 64 + 512); 61 layers over attention TP 8, bf16 x 0.5 on H800.
+    rate = 989e12 * 0.5
+    mha = 2 * 61 * 128 * (192 + 128) / 8 / rate
+    absorbed = 2 * 61 * 128 * (512 + 64 + 512) / 8 / rate
+    at = [ReqShape(0, 2048)]
+    above = [ReqShape(0, 2049)]
+    assert dsv32.attention_coefficient(at) == pytest.approx(mha, rel=1e-12)
+    assert dsv32.attention_coefficient(above) == pytest.approx(absorbed, rel=1e-12)
+    keys = 2048 * 2049 // 2
+    assert dsv32.breakdown(at)["attention"] == pytest.approx(mha * keys, rel=1e-12)
+    assert dsv32.breakdown(at)["indexer"] == 0.0 < dsv32.breakdown(above)["indexer"]
+    # One long request makes the whole batch take the absorbed path.
+    assert dsv32.attention_coefficient([*at, ReqShape(4096, 16)]) == pytest.approx(absorbed)
+
+
+def test_dense_mla_form_follows_the_chunked_prefix_threshold() -> None:
+    cm = default_cost_model("deepseek-v3", "h200", 8)
+    mha = cm.attention_coefficient([ReqShape(0, 4096)])
+    assert cm.attention_coefficient([ReqShape(4096, 512)]) == pytest.approx(mha * 1088 / 320)
+    assert cm.attention_coefficient([ReqShape(8192, 512)]) == mha  # MHA chunked-KV
+    cp = default_cost_model("deepseek-v3", "h200", 8, cp_size=8, page_size=64)
+    assert cp.attention_coefficient([ReqShape(0, 4096)]) == pytest.approx(
+        8 * mha * 1088 / 320  # absorbed under CP, and attention TP 1 instead of 8
+    )
 
 
 def test_cold_8k_request_lengthens_warm_batch(dsv32: RooflineCostModel) -> None:

@@ -102,7 +102,9 @@ def test_affinity_lowers_warm_p99_on_warm_heavy_workload() -> None:
     on = simulate(cp_cfg(enable_affinity=True).sim_settings(), agentic_requests(64))
     assert on.summary["affinity_skips"] > 0
     assert on.summary["completed"] == off.summary["completed"] == len(off.requests)
-    assert on.summary["ttft_p99_s"] < off.summary["ttft_p99_s"]
+    # What the name says: the warm requests' p99 (cold requests pay for it: skipped ones
+    # wait a pass longer).
+    assert on.summary["warm_ttft_p99_s"] < off.summary["warm_ttft_p99_s"]
 
 
 def test_same_inputs_same_results() -> None:

@@ -44,6 +44,8 @@ class ModelSpec:
     first_dense_layers: int = 0
     intermediate_size: int = 0
     vocab_size: int = 0
+    # MLA query compression (config.json ``q_lora_rank``; 0: one hidden -> heads projection).
+    q_lora_rank: int = 0
 
     @property
     def moe_layers(self) -> int:
@@ -62,14 +64,12 @@ class ModelSpec:
 
     @property
     def token_local_params(self) -> float:
-        """Parameters a prefill token runs through on its own rank: everything active but
-        the routed experts and the vocabulary matrices (the embedding is a lookup and the
-        LM head runs for one position per request, not per prompt token)."""
-        return (
-            self.active_params
-            - self.routed_active_params
-            - 2.0 * self.vocab_size * self.hidden_size
-        )
+        """Parameters a prefill token runs through on its own rank: every token-local GEMM of
+        :func:`token_local_gemms` (attention and indexer projections, shared experts, the
+        router, dense-FFN layers), counted from the architecture's shapes, not from a
+        rounded "active" figure. The routed experts, the embedding (a lookup) and the LM
+        head (one position per request, not per prompt token) are left out."""
+        return float(sum(g.n * g.k * g.layers for g in token_local_gemms(self)))
 
     @property
     def is_sparse(self) -> bool:
@@ -84,6 +84,74 @@ class ModelSpec:
     @property
     def weight_bytes(self) -> float:
         return self.total_params * self.weight_bytes_per_param
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """One token-local GEMM of a layer: ``(rows, k) x (k, n)`` per token row.
+
+    ``split`` says how attention tensor parallelism divides it: ``col`` (output columns
+    over the TP ranks: ``n / tp``), ``row`` (reduction dimension: ``k / tp``) or ``rep``
+    (replicated: every rank runs the whole GEMM, as SGLang's ``ReplicatedLinear``).
+    ``layers`` is how many layers run it.
+    """
+
+    name: str
+    n: int
+    k: int
+    layers: int
+    split: str = "col"
+
+
+def token_local_gemms(m: ModelSpec) -> tuple[Gemm, ...]:
+    """The GEMMs every prompt token runs on its attention rank, from the shapes.
+
+    MLA (DeepSeek-V3 ``DeepseekV2AttentionMLA`` in SGLang): ``q_a_proj`` and
+    ``kv_a_proj_with_mqa`` (one replicated ``fused_qkv_a_proj_with_mqa`` GEMM in SGLang
+    when the model has a q latent), ``q_b_proj`` and ``kv_b_proj``
+    (column-parallel; the absorbed path runs ``kv_b_proj``'s two halves as per-token
+    batched GEMMs of the same size), ``o_proj`` (row-parallel); the DSA indexer's
+    ``wq_b`` (from the q latent), ``wk`` and ``weights_proj`` (replicated). GQA: fused
+    ``qkv_proj`` and ``o_proj``. FFN: ``gate_up_proj`` (column) and ``down_proj`` (row)
+    of the dense layers and of each MoE layer's shared experts, plus the MoE router
+    ``gate`` (replicated). The routed experts are timed separately.
+    """
+    h, layers = m.hidden_size, m.num_layers
+    out: list[Gemm] = []
+    if m.attention == "mla":
+        nope = m.head_dim_qk - m.qk_rope_head_dim
+        q_out = m.num_heads * m.head_dim_qk
+        kv_a = m.kv_lora_rank + m.qk_rope_head_dim
+        if m.q_lora_rank:
+            out.append(Gemm("fused_qkv_a_proj", m.q_lora_rank + kv_a, h, layers, "rep"))
+            out.append(Gemm("q_b_proj", q_out, m.q_lora_rank, layers))
+        else:
+            out.append(Gemm("q_proj", q_out, h, layers))
+            out.append(Gemm("kv_a_proj", kv_a, h, layers, "rep"))
+        kv_b = m.num_heads * (nope + m.head_dim_v)
+        out.append(Gemm("kv_b_proj", kv_b, m.kv_lora_rank, layers))
+        out.append(Gemm("o_proj", h, m.num_heads * m.head_dim_v, layers, "row"))
+        if m.index_n_heads and m.index_head_dim:
+            q_in = m.q_lora_rank or h
+            idx_q = m.index_n_heads * m.index_head_dim
+            out.append(Gemm("indexer_wq_b", idx_q, q_in, layers, "rep"))
+            out.append(Gemm("indexer_wk", m.index_head_dim, h, layers, "rep"))
+            out.append(Gemm("indexer_weights", m.index_n_heads, h, layers, "rep"))
+    else:
+        qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim_qk
+        out.append(Gemm("qkv_proj", qkv, h, layers))
+        out.append(Gemm("o_proj", h, m.num_heads * m.head_dim_v, layers, "row"))
+    dense = m.first_dense_layers if m.num_experts else layers
+    if dense and m.intermediate_size:
+        out.append(Gemm("dense_gate_up", 2 * m.intermediate_size, h, dense))
+        out.append(Gemm("dense_down", h, m.intermediate_size, dense, "row"))
+    if m.num_experts and m.moe_layers:
+        if m.num_shared_experts:
+            width = m.num_shared_experts * m.moe_intermediate_size
+            out.append(Gemm("shared_gate_up", 2 * width, h, m.moe_layers))
+            out.append(Gemm("shared_down", h, width, m.moe_layers, "row"))
+        out.append(Gemm("router_gate", m.num_experts, h, m.moe_layers, "rep"))
+    return tuple(out)
 
 
 def _mla_sparse_kv_bytes(num_layers: int, index_head_dim: int, fp8: bool) -> int:
@@ -127,6 +195,7 @@ MODELS: dict[str, ModelSpec] = {
         first_dense_layers=3,
         intermediate_size=12288,
         vocab_size=154880,
+        q_lora_rank=2048,
     ),
     # DeepSeek-V3.2-Exp (deepseek-ai config.json): 61 layers, hidden 7168, 128 heads,
     # kv_lora 512, qk_nope 128 + rope 64, v 128, 671 B total / ~36.6 B active,
@@ -158,6 +227,7 @@ MODELS: dict[str, ModelSpec] = {
         first_dense_layers=3,
         intermediate_size=18432,
         vocab_size=129280,
+        q_lora_rank=1536,
     ),
     # DeepSeek-V3 / R1 (deepseek-ai config.json): the same body as V3.2 with dense MLA
     # attention (no indexer): 61 layers (3 dense + 58 MoE), hidden 7168, 128 heads,
@@ -187,6 +257,7 @@ MODELS: dict[str, ModelSpec] = {
         first_dense_layers=3,
         intermediate_size=18432,
         vocab_size=129280,
+        q_lora_rank=1536,
     ),
     # Llama-3.1-8B (meta-llama config.json): 32 layers, hidden 4096, 32 q / 8 kv heads x 128.
     "llama-3.1-8b": ModelSpec(
@@ -336,6 +407,7 @@ def model_from_hf_config(raw: dict[str, object], name: str) -> ModelSpec:
     index_topk = _num(cfg, "index_topk", 0)
 
     mla = cfg.get("kv_lora_rank") is not None
+    q_lora = 0
     if mla:
         kv_lora = _num(cfg, "kv_lora_rank")
         rope = _num(cfg, "qk_rope_head_dim")
@@ -403,4 +475,5 @@ def model_from_hf_config(raw: dict[str, object], name: str) -> ModelSpec:
         first_dense_layers=dense_layers if experts else 0,
         intermediate_size=inter,
         vocab_size=vocab,
+        q_lora_rank=q_lora if mla else 0,
     )

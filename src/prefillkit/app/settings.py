@@ -345,6 +345,20 @@ class Config:
     h2d_bandwidth_gbps: float = _knob(
         25.0, "Host-to-device load-back bandwidth per GPU in GB/s.", "deployment"
     )
+    cost_model: str = _knob(
+        "roofline",
+        "What times a simulated forward: roofline (per-rank roofline, the default) or aic "
+        "(NVIDIA AIConfigurator's measured kernel tables per GPU and engine version, the "
+        "roofline for what they lack; needs the aic extra).",
+        "deployment",
+    )
+    small_gemm: str = _knob(
+        "tiles",
+        "The roofline's small-GEMM assumption: tiles (tile padding and wave quantisation "
+        "from the GPU's SM count), sqrt-h100 (prefillkit 0.2's H100 curve) or ideal (no "
+        "small-GEMM loss).",
+        "deployment",
+    )
     seed: int = _knob(0, "Random seed.", "deployment")
     debug_check_invariants: bool = _knob(
         False, "Check scheduler/cache invariants after every step (slow).", "deployment"
@@ -374,7 +388,15 @@ class Config:
             put("schedule_max_wait_s", None)
         dtype = self.kv_cache_dtype.strip().lower()
         put("kv_cache_dtype", _KV_DTYPE_ALIASES.get(dtype, dtype))
-        for name in ("model", "gpu", "mode", "schedule_policy", "hicache_write_policy"):
+        for name in (
+            "model",
+            "gpu",
+            "mode",
+            "schedule_policy",
+            "hicache_write_policy",
+            "cost_model",
+            "small_gemm",
+        ):
             put(name, getattr(self, name).strip().lower())
 
     def _validate(self) -> None:

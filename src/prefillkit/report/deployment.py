@@ -28,7 +28,7 @@ PANEL_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("mode", ("mode",)),
     ("chunked prefill", ("chunked_prefill_size",)),
     ("schedule policy", ("schedule_policy",)),
-    ("cost model", ()),
+    ("cost model", ("cost_model", "small_gemm")),
 )
 
 
@@ -79,15 +79,34 @@ def _values(cfg: Mapping[str, Any], dep: Mapping[str, Any]) -> dict[str, str]:
         "mode": str(cfg.get("mode", "-")),
         "chunked prefill": "off" if chunk in (None, -1) else f"{_count(chunk)} tokens",
         "schedule policy": str(cfg.get("schedule_policy", "-")),
-        "cost model": f"roofline model on the {cfg.get('gpu', '-')} GPU preset",
+        "cost model": _cost_model_text(cfg, dep),
     }
+
+
+def _cost_model_text(cfg: Mapping[str, Any], dep: Mapping[str, Any]) -> str:
+    """The model that timed the forwards, and which of its terms were measured."""
+    record = dep.get("cost_model")
+    if not isinstance(record, Mapping):
+        return f"roofline model on the {cfg.get('gpu', '-')} GPU preset"
+    name = str(record.get("name", "-"))
+    text = f"{name} on the {cfg.get('gpu', '-')} GPU preset"
+    if record.get("small_gemm"):
+        text += f", small GEMMs: {record['small_gemm']}"
+    terms = record.get("terms") or {}
+    if isinstance(terms, Mapping) and name != "roofline":
+        measured = sorted(k for k, v in terms.items() if not str(v).startswith("roofline"))
+        rest = sorted(k for k, v in terms.items() if str(v).startswith("roofline"))
+        text += f"; measured/derived: {', '.join(measured) or 'none'}"
+        text += f"; roofline: {', '.join(rest) or 'none'}"
+    return text
 
 
 def _source(label: str, fields: tuple[str, ...], sources: Mapping[str, Any]) -> str:
     if label == "DP":
         return "not modelled (--dp is refused)"
     if label == "cost model":
-        return "prefillkit.sim.cost"
+        given = sources.get("cost_model") if sources else None
+        return f"--cost-model: {given}" if given else "prefillkit.sim.cost"
     if not sources:
         return "-"
     seen = [str(sources[f]) for f in fields if f in sources]

@@ -95,12 +95,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from math import sqrt
 from typing import TYPE_CHECKING, Protocol
 
-from prefillkit.models import ModelSpec, get_model
+from prefillkit.models import ModelSpec, get_model, token_local_gemms
 from prefillkit.sched.buffer import ReqShape
+from prefillkit.sched.config import ConfigError
 from prefillkit.sched.cp_split import add_lane_span
+from prefillkit.sim.gemm import SMALL_GEMM_MODELS, GemmTimer
 from prefillkit.sim.gpus import GpuSpec, get_gpu
 
 if TYPE_CHECKING:
@@ -108,6 +109,15 @@ if TYPE_CHECKING:
 
 GEMM_SATURATION_TOKENS: int = 512
 GEMM_EFF_FLOOR: float = 0.05  # lowest fraction of eff_gemm (only below ~1.3 tokens)
+# SGLang 0.5.23 runs MLA prefill in the MHA form ("forward_normal", K and V decompressed
+# per key) or the absorbed form (QK over the latent + rope, PV over the latent):
+# DSA/NSA models take MHA only when every sequence of the batch is at most
+# SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD = 2048 keys and CP prefill is off
+# (dsa_backend.set_dsa_prefill_impl); dense MLA (FA3/FlashInfer/FlashMLA) takes MHA when
+# the batch has no cached prefix or at least SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD = 8192
+# prefix tokens, and absorbed MLA in between (attention_backend_handler); under CP it is
+# always absorbed ("Strategy CP gathers latent KV in the backend's absorbed MLA path").
+CHUNKED_PREFIX_CACHE_THRESHOLD: int = 8192
 # PCIe Gen5 x16 host->device, achievable (64 GB/s theoretical per direction).
 DEFAULT_H2D_BANDWIDTH: float = 50e9
 # Aggregate send-out bandwidth of a prefill instance for PD disaggregation.
@@ -284,6 +294,7 @@ class RooflineCostModel:
     """Per-rank roofline + communication cost model; see the module docstring."""
 
     breakdown_keys: tuple[str, ...] = BREAKDOWN_KEYS
+    name: str = "roofline"
 
     def __init__(
         self,
@@ -302,6 +313,7 @@ class RooflineCostModel:
         kv_transfer_bandwidth: float = DEFAULT_KV_TRANSFER_BANDWIDTH,
         kv_bytes_per_token: int | None = None,
         gemm_dtype: str | None = None,
+        small_gemm: str = "tiles",
     ) -> None:
         if num_gpus < 1:
             raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
@@ -314,6 +326,10 @@ class RooflineCostModel:
             gemm_dtype = "fp8" if model.weight_bytes_per_param <= 1.0 else "bf16"
         if gemm_dtype not in ("fp8", "bf16"):
             raise ValueError(f"gemm_dtype must be 'fp8' or 'bf16', got {gemm_dtype!r}")
+        if small_gemm not in SMALL_GEMM_MODELS:
+            raise ValueError(
+                f"small_gemm must be one of {', '.join(SMALL_GEMM_MODELS)}, got {small_gemm!r}"
+            )
         eff = eff or FAMILY_EFFICIENCIES[gpu.family]
         if eff_gemm is None:
             eff_gemm = eff.gemm_fp8 if gemm_dtype == "fp8" else eff.gemm_bf16
@@ -348,45 +364,49 @@ class RooflineCostModel:
 
         m = model
         tp = layout.attn_tp
+        self.small_gemm = small_gemm
         self._gemm_peak = gpu.peak_flops_fp8 if gemm_dtype == "fp8" else gpu.peak_flops_bf16
         self._mem_bw = gpu.hbm_bandwidth * eff.mem
+        # Attention FLOPs per (query, key) pair, all layers, one attention-TP rank: the MHA
+        # form 2 H (d_qk + d_v); the absorbed MLA form 2 H (2 kv_lora + rope) (QK over the
+        # latent and rope dims, PV over the latent; CHUNKED_PREFIX_CACHE_THRESHOLD's note).
         self._attn_coef = 2.0 * m.num_layers * m.num_heads * (m.head_dim_qk + m.head_dim_v) / tp
+        absorbed = 2 * m.kv_lora_rank + m.qk_rope_head_dim
+        self._absorbed_coef = 2.0 * m.num_layers * m.num_heads * absorbed / tp
         self._attn_rate = gpu.peak_flops_bf16 * eff_attn
         self._idx_coef = 2.0 * m.num_layers * m.index_n_heads * m.index_head_dim / tp
         self._idx_rate = gpu.peak_flops_fp8 * eff.indexer
         self._topk = m.index_topk if m.is_sparse else 0
+        self._mla = m.attention == "mla" and m.kv_lora_rank > 0
+        self._gemms = token_local_gemms(m)
         self._local_flops_per_row = 2.0 * max(m.token_local_params, 0.0) / tp
-        self._local_weight_s = (
-            max(m.total_params - m.expert_params * m.num_experts * m.moe_layers, 0.0)
-            * m.weight_bytes_per_param
-            / tp
-            / self._mem_bw
+        act_bytes = 1.0 if gemm_dtype == "fp8" else 2.0
+        self._timer = GemmTimer(
+            gpu,
+            peak=self._gemm_peak,
+            eff=eff_gemm,
+            mem_bw=self._mem_bw,
+            weight_bytes=m.weight_bytes_per_param,
+            act_bytes=act_bytes,
+            small_gemm=small_gemm,
         )
-        self._linear_s_per_row_saturated = self._local_flops_per_row / (self._gemm_peak * eff_gemm)
+        self._linear_memo: dict[int, float] = {}
+        self._moe_memo: dict[int, float] = {}
         self._elem_s_per_row = activation_bytes_per_token_layer(m) * m.num_layers / self._mem_bw
-        # Routed experts: FLOPs per instance token on the busiest GPU, the weight-read
-        # time of all its experts, and log(1 - k/E) for the expected coverage.
+        # Routed experts on the busiest GPU: its local experts (EP: E / ep whole experts;
+        # MoE TP: a 1 / num_gpus slice of every expert's width).
         self._ep = layout.ep_size
         if m.num_experts and 0 < m.experts_per_token < m.num_experts:
             k, e = m.experts_per_token, m.num_experts
-            per_expert_all_layers = m.expert_params * m.moe_layers
-            if self._ep > 1:
-                self._moe_flops_per_pair = 2.0 * per_expert_all_layers * k / self._ep
-                self._moe_flops_per_pair *= eff.moe_imbalance
-                held = e / self._ep
-            else:
-                self._moe_flops_per_pair = 2.0 * per_expert_all_layers * k / num_gpus
-                held = e / num_gpus
-            self._moe_weight_s = (
-                held * per_expert_all_layers * m.weight_bytes_per_param / self._mem_bw
-            )
             self._k_over_e = k / e
-            self._log_miss = math.log1p(-k / e)
+            self._local_experts = e / self._ep if self._ep > 1 else float(e)
+            self._expert_width = (
+                m.moe_intermediate_size if self._ep > 1 else -(-m.moe_intermediate_size // num_gpus)
+            )
         else:
-            self._moe_flops_per_pair = 0.0
-            self._moe_weight_s = 0.0
             self._k_over_e = 0.0
-            self._log_miss = 0.0
+            self._local_experts = 0.0
+            self._expert_width = 0
         # Links.
         self._nvl_bw = gpu.nvlink_bandwidth * eff.nvlink
         self._net_bw = gpu.net_bandwidth * eff.net
@@ -406,8 +426,8 @@ class RooflineCostModel:
             self._kv_shards = max(1, min(num_gpus, m.num_kv_heads))
         # Hot-path coefficients (breakdown): every term below is linear in its input.
         self._a_attn = self._attn_coef / self._attn_rate
+        self._a_absorbed = self._absorbed_coef / self._attn_rate
         self._b_idx = self._idx_coef / self._idx_rate
-        self._gemm_rate = self._gemm_peak * eff_gemm
         self._dp = layout.dp_size
         self._tbo = layout.two_batch_overlap
         self._prefetch = layout.cp_kv_prefetch
@@ -422,34 +442,94 @@ class RooflineCostModel:
 
     # --- building blocks -------------------------------------------------------------
     def gemm_efficiency(self, tokens: float) -> float:
-        """Effective GEMM efficiency for a GEMM over ``tokens`` rows."""
-        ramp = math.sqrt(tokens / GEMM_SATURATION_TOKENS) if tokens > 0 else 0.0
-        return self.eff_gemm * min(1.0, max(GEMM_EFF_FLOOR, ramp))
+        """Achieved fraction of the GEMM peak for a token-local GEMM over ``tokens`` rows,
+        under the small-GEMM assumption (:mod:`prefillkit.sim.gemm`), before the memory
+        roofline: ``tiles``: the padding of the rows to the tile; ``sqrt-h100``: the
+        0.2 ramp; ``ideal``: the family's efficiency."""
+        if tokens <= 0:
+            return 0.0
+        if self.small_gemm == "tiles":
+            tile = 64 if tokens <= 64 else 128
+            return self.eff_gemm * tokens / (math.ceil(tokens / tile) * tile)
+        if self.small_gemm == "sqrt-h100":
+            ramp = math.sqrt(tokens / GEMM_SATURATION_TOKENS)
+            return self.eff_gemm * min(1.0, max(GEMM_EFF_FLOOR, ramp))
+        return self.eff_gemm
+
+    @property
+    def mha_attention_coefficient(self) -> float:
+        """Seconds per attention (query, key) pair on one rank in the MHA form."""
+        return self._a_attn
+
+    def attention_coefficient(self, batch: Sequence[ReqShape]) -> float:
+        """Seconds per attention (query, key) pair on one rank: the absorbed MLA form or
+        the MHA form, as SGLang 0.5.23 picks it for this batch (see
+        :data:`CHUNKED_PREFIX_CACHE_THRESHOLD`'s note); GQA models: the MHA form."""
+        if not self._mla:
+            return self._a_attn
+        if self.layout.cp_size > 1:
+            return self._a_absorbed
+        if self._topk:
+            longest = max((r.prefix_len + r.extend_len for r in batch), default=0)
+            return self._a_absorbed if longest > self.model.sparse_dense_threshold else self._a_attn
+        prefix = sum(r.prefix_len for r in batch)
+        if prefix == 0 or prefix >= CHUNKED_PREFIX_CACHE_THRESHOLD:
+            return self._a_attn
+        return self._a_absorbed
 
     def linear_time(self, rows: float) -> float:
-        """Token-local GEMM time of one rank computing ``rows`` query rows."""
+        """Token-local GEMM time of one rank computing ``rows`` query rows: every GEMM of
+        :func:`~prefillkit.models.token_local_gemms` at ``rows`` rows, split by attention
+        TP, each timed by :class:`~prefillkit.sim.gemm.GemmTimer` (memoised per row count)."""
         if rows <= 0:
             return 0.0
-        compute = self._local_flops_per_row * rows / (self._gemm_peak * self.gemm_efficiency(rows))
-        return max(compute, self._local_weight_s)
+        key = int(rows)
+        if key == rows:
+            hit = self._linear_memo.get(key)
+            if hit is not None:
+                return hit
+        t = self._timer.gemm_list_time(rows, self._gemms, self.layout.attn_tp)
+        if key == rows:
+            self._linear_memo[key] = t
+        return t
+
+    def moe_imbalance(self, tokens: float) -> float:
+        """Busiest EP rank's routed (token, expert) pairs over the mean.
+
+        ``skew × (1 + sqrt(2 ln(ep) (1 - 1/ep) / μ))`` with ``μ = tokens × k / ep`` the mean
+        pairs per rank: the expected maximum of ``ep`` near-binomial loads (the extreme-
+        value approximation ``μ + σ sqrt(2 ln ep)``: small batches are less even), times
+        ``skew``, the family's residual systematic imbalance after EPLB
+        (:attr:`Efficiencies.moe_imbalance`, an assumption stated there). 1.0 without EP.
+        """
+        if self._ep <= 1 or tokens <= 0:
+            return 1.0 if self._ep <= 1 else self.eff.moe_imbalance
+        ep = self._ep
+        mean = tokens * self.model.experts_per_token / ep
+        spread = math.sqrt(2.0 * math.log(ep) * (1.0 - 1.0 / ep) / mean)
+        return self.eff.moe_imbalance * (1.0 + spread)
 
     def moe_expert_time(self, tokens: int) -> float:
         """Busiest GPU's routed-expert GEMM time when the instance runs ``tokens`` tokens.
 
-        EP: ``tokens × k / ep_size × moe_imbalance`` (token, expert) pairs on the busiest
-        GPU, its ``E / ep_size`` experts' weights read (expected coverage). MoE TP: a
-        ``1 / num_gpus`` slice of every expert's work and weights.
+        EP: its ``E / ep_size`` experts with ``tokens × k / E × moe_imbalance(tokens)``
+        rows each on average; MoE TP: a ``1 / num_gpus`` slice of every expert's width
+        with ``tokens × k / E`` rows each. Timed by
+        :meth:`~prefillkit.sim.gemm.GemmTimer.grouped_expert_time` (tile padding per
+        expert, waves, at least the local experts' weights read). Memoised per ``tokens``.
         """
-        if tokens <= 0 or self._moe_flops_per_pair == 0.0:
+        if tokens <= 0 or self._local_experts == 0.0:
             return 0.0
-        per_expert_rows = tokens * self._k_over_e
-        compute = (
-            self._moe_flops_per_pair
-            * tokens
-            / (self._gemm_peak * self.gemm_efficiency(per_expert_rows))
+        hit = self._moe_memo.get(tokens)
+        if hit is not None:
+            return hit
+        rows = tokens * self._k_over_e * self.moe_imbalance(tokens)
+        m = self.model
+        t = self._timer.grouped_expert_time(
+            self._local_experts, rows, m.hidden_size, self._expert_width, m.moe_layers
         )
-        coverage = 1.0 - math.exp(tokens * self._log_miss)
-        return max(compute, coverage * self._moe_weight_s)
+        self._moe_memo[tokens] = t
+        return t
 
     def moe_comm_time(self, rank_rows: float, tokens: int) -> float:
         """Raw MoE communication time per forward (EP all-to-all or TP collectives)."""
@@ -581,50 +661,30 @@ class RooflineCostModel:
         if tokens == 0 and loaded == 0:
             return dict.fromkeys(BREAKDOWN_KEYS, 0.0)
         rows, attn_keys, idx_keys = self.rank_work(batch)
-        # NOTE: hot path. The helper methods (linear_time, moe_expert_time, the *_time
-        # communication terms) are inlined through coefficients precomputed from them
-        # (each is linear in its argument); tests check both give the same terms.
-        # The busiest rank: every lane's time is linear(rows) + a * attention keys +
-        # b * indexer keys + c * rows.
-        a = self._a_attn
+        # NOTE: hot path. The communication terms are inlined through coefficients
+        # precomputed from their helper methods (each is linear in its argument); the
+        # GEMM terms come from linear_time / moe_expert_time, memoised per row count
+        # (tests check both give the same terms). The busiest rank: every lane's time is
+        # linear(rows) + a * attention keys + b * indexer keys + c * rows.
+        a = self.attention_coefficient(batch)
         b = self._b_idx
         c = self._elem_s_per_row
         best_t = -1.0
         best = 0
-        full = self._linear_s_per_row_saturated
-        floor = self._local_weight_s
         best_lin = 0.0
+        memo = self._linear_memo
         for lane, lane_rows in enumerate(rows):
-            t = a * attn_keys[lane] + b * idx_keys[lane] + c * lane_rows
-            if lane_rows >= GEMM_SATURATION_TOKENS:
-                lin = full * lane_rows
-            elif lane_rows:
-                # Below saturation the ramp gives rows / sqrt(rows / 512).
-                lin = full * sqrt(GEMM_SATURATION_TOKENS * lane_rows)
-            else:
-                lin = 0.0
-            if lin and lin < floor:
-                lin = floor
-            t += lin
+            lin = memo.get(lane_rows) if lane_rows else 0.0
+            if lin is None:
+                lin = self.linear_time(lane_rows)
+            t = a * attn_keys[lane] + b * idx_keys[lane] + c * lane_rows + lin
             if t > best_t:
                 best_t = t
                 best = lane
                 best_lin = lin
         busiest_rows = rows[best]
         instance_tokens = tokens * self._dp
-        if instance_tokens > 0 and self._moe_flops_per_pair:
-            per_expert = instance_tokens * self._k_over_e
-            ramp = (
-                1.0
-                if per_expert >= GEMM_SATURATION_TOKENS
-                else max(GEMM_EFF_FLOOR, sqrt(per_expert / GEMM_SATURATION_TOKENS))
-            )
-            experts = self._moe_flops_per_pair * instance_tokens / (self._gemm_rate * ramp)
-            weights = (1.0 - math.exp(instance_tokens * self._log_miss)) * self._moe_weight_s
-            if weights > experts:
-                experts = weights
-        else:
-            experts = 0.0
+        experts = self.moe_expert_time(instance_tokens) if instance_tokens > 0 else 0.0
         compute = best_t + experts
         comm = self._comm_per_rank_row * busiest_rows + self._comm_per_token * instance_tokens
         if self._tbo and comm > 0.0:
@@ -655,6 +715,14 @@ class RooflineCostModel:
 
     def forward_time(self, batch: Sequence[ReqShape]) -> float:
         return self.breakdown(batch)["total"]
+
+    def provenance(self) -> dict[str, str]:
+        """Where each breakdown term comes from: this roofline, for every term."""
+        note = f"roofline (small GEMMs: {self.small_gemm})"
+        terms = {k: note for k in BREAKDOWN_KEYS if k != "total"}
+        for key in ("per_request", "per_forward"):
+            terms[key] = "roofline (fixed cost, assumption)"
+        return terms
 
     def decode_step_time(self, batch_size: int, total_context: int) -> float:
         """One decode step: ``max(memory, compute) + per_forward_s``.
@@ -757,13 +825,30 @@ def default_cost_model(
     )
 
 
-def cost_model_for_config(cfg: SimSettings, num_gpus: int) -> RooflineCostModel:
-    """The cost model of the deployment ``cfg`` describes on ``num_gpus`` GPUs.
+def cost_model_record(cost: CostModel) -> dict[str, object]:
+    """What timed a run's forwards, for ``summary.json`` (``deployment.cost_model``) and the
+    deployment panel: the model's ``name``, its ``small_gemm`` assumption where it has one,
+    and per breakdown term where the number came from (``provenance()``: measured table,
+    derived table or roofline); a model without ``provenance`` (a fitted preset) gives
+    its class name and no terms."""
+    prov = getattr(cost, "provenance", None)
+    record: dict[str, object] = {
+        "name": str(getattr(cost, "name", type(cost).__name__)),
+        "terms": dict(prov()) if callable(prov) else {},
+    }
+    small = getattr(cost, "small_gemm", None)
+    if isinstance(small, str):
+        record["small_gemm"] = small
+    return record
+
+
+def roofline_for_config(cfg: SimSettings, num_gpus: int) -> RooflineCostModel:
+    """The roofline cost model of the deployment ``cfg`` describes on ``num_gpus`` GPUs.
 
     CP runs over ``cfg.cp_size`` ranks (shared-KV when the scheduler's
     ``enable_cp_shared_kv``), the routed experts over ``cfg.ep_size``, attention TP over
-    the rest; the page size, KV bytes, bandwidths and two-batch overlap come from ``cfg``.
-    Raises ``KeyError`` for an unknown GPU name.
+    the rest; the page size, KV bytes, bandwidths, two-batch overlap and the small-GEMM
+    assumption come from ``cfg``. Raises ``KeyError`` for an unknown GPU name.
     """
     layout = ParallelLayout(
         num_gpus,
@@ -781,4 +866,22 @@ def cost_model_for_config(cfg: SimSettings, num_gpus: int) -> RooflineCostModel:
         kv_bytes_per_token=cfg.resolved_kv_bytes_per_token,
         h2d_bandwidth=cfg.h2d_bandwidth_gbps * 1e9,
         kv_transfer_bandwidth=cfg.kv_transfer_bandwidth_gbps * 1e9,
+        small_gemm=cfg.small_gemm,
     )
+
+
+def cost_model_for_config(cfg: SimSettings, num_gpus: int) -> CostModel:
+    """The cost model ``cfg.cost_model`` names for the deployment ``cfg`` describes:
+    :func:`roofline_for_config`, or (``aic``) AIConfigurator's measured tables over it
+    (:mod:`prefillkit.sim.aic_cost`, imported only here). Raises ``KeyError`` for an
+    unknown GPU name, :class:`~prefillkit.sched.config.ConfigError` (one line naming the
+    extra) when the ``aic`` extra is missing."""
+    roofline = roofline_for_config(cfg, num_gpus)
+    if cfg.cost_model != "aic":
+        return roofline
+    from prefillkit.sim.aic_cost import AicCostModel, AicUnavailableError
+
+    try:
+        return AicCostModel(roofline)
+    except AicUnavailableError as exc:
+        raise ConfigError(str(exc)) from None

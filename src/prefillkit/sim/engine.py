@@ -34,7 +34,7 @@ from prefillkit.sched.interface import SchedulerInterface, StepOutput
 from prefillkit.sched.scheduler import Scheduler
 from prefillkit.sim.cached import cached_totals, split_cached
 from prefillkit.sim.collect import RowSink, RunCollector
-from prefillkit.sim.cost import CostModel, ReqShape, cost_model_for_config
+from prefillkit.sim.cost import CostModel, ReqShape, cost_model_for_config, cost_model_record
 from prefillkit.sim.decode_steps import DecodeSteps
 from prefillkit.sim.gpus import get_gpu
 from prefillkit.sim.metrics import BatchRecord, BatchTrace, summarize
@@ -336,6 +336,7 @@ class Engine:
         summary["wall_time_s"] = wallclock.perf_counter() - t0
         dep = self.dep.as_dict()
         dep["kv_pool_tokens"] = self.dep.total_pages * self.cfg.page_size
+        dep["cost_model"] = cost_model_record(self.cost)
         return SimResult(
             self.requests,
             self.batches,

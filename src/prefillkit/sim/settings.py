@@ -30,11 +30,16 @@ from prefillkit.sched.config import (
     check_positive,
     fail,
 )
+from prefillkit.sim.gemm import SMALL_GEMM_MODELS
 from prefillkit.sim.gpus import GpuSpec, get_gpu
 
-__all__ = ["KV_CACHE_DTYPES", "MODES", "SimSettings"]
+__all__ = ["COST_MODELS", "KV_CACHE_DTYPES", "MODES", "SMALL_GEMM_MODELS", "SimSettings"]
 
 MODES: tuple[str, ...] = ("pd-prefill", "colocated")
+#: ``--cost-model``: the roofline (prefillkit.sim.cost) or AIConfigurator's measured
+#: kernel tables (prefillkit.sim.aic_cost, the ``aic`` extra).
+COST_MODELS: tuple[str, ...] = ("roofline", "aic")
+
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2")
 
 
@@ -70,6 +75,9 @@ class SimSettings:
     max_total_tokens: int | None = None
     hicache_ratio: float = 2.0
     hicache_size: int = 0
+    # Forward-time model.
+    cost_model: str = "roofline"
+    small_gemm: str = "tiles"
     debug_check_invariants: bool = False
 
     def __post_init__(self) -> None:
@@ -90,6 +98,8 @@ class SimSettings:
         check_positive("h2d_bandwidth_gbps", self.h2d_bandwidth_gbps)
         check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         check_choice("mode", self.mode, MODES)
+        check_choice("cost_model", self.cost_model, COST_MODELS)
+        check_choice("small_gemm", self.small_gemm, SMALL_GEMM_MODELS)
         if not self.gpu:
             fail("gpu", "must not be empty")
         if (

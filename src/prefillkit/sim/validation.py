@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from prefillkit.models import get_model
 from prefillkit.sched.config import SchedulerConfig
-from prefillkit.sim.cost import ParallelLayout, ReqShape, RooflineCostModel, cost_model_for_config
+from prefillkit.sim.cost import ParallelLayout, ReqShape, RooflineCostModel, roofline_for_config
 from prefillkit.sim.gpus import get_gpu
 from prefillkit.sim.settings import SimSettings
 
@@ -233,7 +233,7 @@ def seed_settings() -> SimSettings:
 def seed_cost_model() -> RooflineCostModel:
     """The cost model of :data:`SEED_DEPLOYMENT` (:func:`seed_settings`)."""
     settings = seed_settings()
-    return cost_model_for_config(settings, settings.tp_size)
+    return roofline_for_config(settings, settings.tp_size)
 
 
 def seed_scenario(

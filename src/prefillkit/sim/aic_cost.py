@@ -1,0 +1,540 @@
+"""Measured-kernel forward times from NVIDIA AIConfigurator's published tables.
+
+:class:`AicCostModel` implements the :class:`~prefillkit.sim.cost.CostModel` protocol
+for the deployment of a :class:`~prefillkit.sim.cost.RooflineCostModel` it wraps, with
+the same :data:`~prefillkit.sim.cost.BREAKDOWN_KEYS` and the same composition as the
+roofline's ``breakdown`` (the busiest attention rank's linear + attention + indexer +
+elementwise, plus ``moe_experts``; MoE communication exposed unless two-batch overlap
+hides it; ``tp_comm``; ``cp_kv_gather`` hidden under compute with ``cp_kv_prefetch``;
+host load-back exposed past the compute; the fixed costs; ``total`` = the sum). Each
+term is read from the kernel tables at the shape the rank runs, through AIC's own
+loaders and compiled engine (``get_database`` + ``EngineHandle.for_database`` +
+``evaluate_ops_json``); only an answer whose source is ``"silicon"`` counts as measured.
+
+Source: NVIDIA AIConfigurator, ``aiconfigurator-core`` 0.12.0 (Apache-2.0), kernel
+tables per GPU and engine version (``systems/data/<system>/<family>/<backend>/<ver>``).
+Nothing of its data is copied here; the package is imported lazily (the ``aic`` extra).
+
+What is measured (per term, shapes of the busiest rank):
+
+- ``linear``: every token-local GEMM of one layer, ``m`` = the rank's query rows, the
+  weights split over ``attn_tp``: MLA ``q_a``+``kv_a`` (fused, ``hidden -> q_lora +
+  kv_lora + rope``), ``q_b``, ``kv_b``, ``o``; the DSA indexer's ``wq_b``, ``wk`` and
+  head weights; the shared expert's gate-up and down; the router (bf16); the dense-FFN
+  layers; GQA ``qkv``/``o`` and FFN. Quant mode ``fp8_block`` for FP8 checkpoints
+  (``weight_bytes_per_param <= 1``), ``bfloat16`` otherwise; the list is the roofline's
+  (:func:`~prefillkit.models.token_local_gemms`).
+- ``attention`` (dense MLA): the context-MLA table (bf16 FMHA, the KV dtype of
+  ``kv_bytes_per_token``) at ``num_heads / attn_tp`` heads. The table times whole
+  requests ``(batch, isl, prefix)``; a rank with ``q`` query rows and ``K`` causal keys
+  is timed as one request of ``q`` new tokens after ``p = K/q - (q+1)/2`` cached ones
+  (the same rows and the same attention keys), scaled by ``(d_qk + d_v) / 320`` for
+  MLA heads other than DeepSeek-V3's 192/128 the table was collected with.
+- ``moe_experts``: the MoE table (``power_law_1.01`` routing, AIC's default) at the
+  instance's tokens, top-k, experts, EP or MoE-TP size.
+- ``moe_comm_exposed``: EP: DeepEP normal-mode dispatch + combine (``deepep_ht``)
+  of the rank's tokens per MoE layer; MoE without EP under CP/DP: NCCL all-gather +
+  reduce-scatter of the instance's tokens.
+- ``tp_comm``: the custom all-reduce table at the rank's rows and ``attn_tp`` GPUs
+  (twice per layer under pure TP, as the roofline counts it).
+- ``cp_kv_gather``: NCCL all-gather (1-byte elements) of the batch's context KV of one
+  layer over the ``cp_size`` lanes, per layer.
+
+Not measured (the roofline's value, and :meth:`AicCostModel.provenance` says so):
+``elementwise`` (AIC's elementwise ops are empirical), ``indexer`` and, for DSA/NSA
+sparse models, ``attention`` (AIC's DSA tables time the whole attention module,
+projections and indexer included, per request, which cannot be split into these
+terms), GQA attention (AIC answers ``"mixed"``, not ``"silicon"``), load-back (a host
+copy), ``per_request`` and ``per_forward``, ``decode_step_time`` and
+``kv_transfer_time``. Per-lane roofline terms use the roofline's per-key and per-row
+coefficients, read once from its ``breakdown`` of a probe request (its terms are linear
+in keys and rows).
+
+GPUs: ``h100``/``h200``/``b200``/``gb200``/``a100`` read their own AIC system
+(:func:`aic_system_for_gpu`). H20, H20-141G (from ``h200_sxm``) and H800 (from
+``h100_sxm``) have no tables: each op keeps the source GPU's measured efficiency at its
+shape and is rescaled by the target's peaks, ``t_target = t_src × max(math_t, mem_t) /
+max(math_src, mem_src)``, with AIC's SOL math and memory times of that op
+(``evaluate_ops_sol_json``) and ``math_t = math_src × peak_src / peak_t`` (fp8 or bf16
+peak as the op computes), ``mem_t = mem_src × hbm_src / hbm_t``; communication scales by
+the NVLink bandwidth ratio. A GPU with neither gets the roofline for every term.
+
+Fallback: each term's table is probed once at construction (a 4,096-token forward); a
+term whose probe fails or is not ``"silicon"`` uses the roofline for the whole run. A
+probed term that fails for one shape at run time falls back for that call and counts it
+in ``fallback_calls``. AIC does not flag extrapolation: beyond its grids (e.g. GEMM
+``m`` > 32,768, context-MLA ``isl`` > 32,768) the engine extrapolates (linearly in
+``m`` for GEMMs) and still answers ``"silicon"``; those values are used as given.
+Evaluations are memoised per (term, shape).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from prefillkit.models import ModelSpec, token_local_gemms
+from prefillkit.sched.buffer import ReqShape
+from prefillkit.sim.cost import BREAKDOWN_KEYS, RooflineCostModel
+from prefillkit.sim.gpus import GPUS, GpuSpec, get_gpu
+
+AIC_PACKAGE = "aiconfigurator_core"
+INSTALL_HINT = "--cost-model aic needs the aic extra: pip install 'prefillkit[aic]'"
+BACKENDS: tuple[str, ...] = ("sglang", "trtllm", "vllm")
+MOE_DISTRIBUTION = "power_law_1.01"
+PROBE_TOKENS = 4096
+MEMO_LIMIT = 500_000  # memoised shapes per term
+_MLA_TABLE_HEAD_DIMS = 192 + 128  # DeepSeek-V3's qk + v head dims (context-MLA table)
+
+#: prefillkit GPU preset -> (AIC system whose tables are read, preset of the source GPU
+#: whose peaks the times are rescaled from, or None for the GPU's own tables).
+GPU_SYSTEMS: dict[str, tuple[str, str | None]] = {
+    "h100": ("h100_sxm", None),
+    "h200": ("h200_sxm", None),
+    "b200": ("b200_sxm", None),
+    "gb200": ("gb200", None),
+    "a100": ("a100_sxm", None),
+    "h20": ("h200_sxm", "h200"),
+    "h20-141g": ("h200_sxm", "h200"),
+    "h800": ("h100_sxm", "h100"),
+}
+
+_ROOFLINE_ONLY: dict[str, str] = {
+    "indexer": "roofline: AIC's DSA tables time the indexer inside the attention module",
+    "elementwise": "roofline: AIC's elementwise ops are empirical, not measured",
+    "loadback_exposed": "roofline: no table (host-to-device copy)",
+    "per_request": "roofline: no table (fixed cost)",
+    "per_forward": "roofline: no table (fixed cost)",
+    "total": "sum of the other terms",
+}
+
+
+class AicUnavailableError(RuntimeError):
+    """``aiconfigurator-core`` is not installed (one-line message)."""
+
+
+def _import_aic() -> dict[str, Any]:
+    try:
+        ops = importlib.import_module(f"{AIC_PACKAGE}.sdk.operations")
+        common = importlib.import_module(f"{AIC_PACKAGE}.sdk.common")
+        engine = importlib.import_module(f"{AIC_PACKAGE}.sdk.engine")
+        pdb = importlib.import_module(f"{AIC_PACKAGE}.sdk.perf_database")
+    except ImportError as exc:
+        raise AicUnavailableError(INSTALL_HINT) from exc
+    return {"ops": ops, "common": common, "engine": engine, "pdb": pdb}
+
+
+def aic_system_for_gpu(gpu_name: str) -> tuple[str, str | None]:
+    """``(AIC system read, source preset rescaled from or None)`` for a GPU preset or
+    :attr:`GpuSpec.name`; ``KeyError`` for a GPU without AIC tables or a Hopper source."""
+    spec = get_gpu(gpu_name)
+    for key, (system, source) in GPU_SYSTEMS.items():
+        if GPUS[key] == spec:
+            return system, source
+    raise KeyError(f"no AIC tables for GPU {gpu_name!r}")
+
+
+def _load_database(aic: dict[str, Any], system: str, backend: str, version: str | None) -> Any:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown --aic-backend {backend!r}; known: {', '.join(BACKENDS)}")
+    try:
+        db = aic["pdb"].get_database(system, backend, version or "current")
+    except ValueError as exc:
+        raise ValueError(
+            f"--aic-version {version!r} is not in AIC's {backend} data for {system}"
+        ) from exc
+    if db is None:
+        raise ValueError(f"AIC has no {backend} {version or 'current'} tables for {system}")
+    return db
+
+
+#: GEMMs AIC times in bf16 whatever the checkpoint (SGLang keeps them unquantised).
+_BF16_GEMMS: frozenset[str] = frozenset({"router_gate", "indexer_weights"})
+
+
+def gemm_shapes(model: ModelSpec, tp: int) -> list[tuple[str, int, int, int, bool]]:
+    """Token-local GEMMs of one forward on one attention rank, ``(name, layers, n, k,
+    fp8-capable)``: :func:`~prefillkit.models.token_local_gemms` (the roofline's list)
+    with its attention-TP split applied; the router and the indexer's head weights are
+    bf16 whatever the checkpoint."""
+    out: list[tuple[str, int, int, int, bool]] = []
+    for g in token_local_gemms(model):
+        n = max(g.n // tp, 1) if g.split == "col" else g.n
+        k = max(g.k // tp, 1) if g.split == "row" else g.k
+        out.append((g.name, g.layers, n, k, g.name not in _BF16_GEMMS))
+    return out
+
+
+class _Family:
+    """One op list evaluated as a term: the ops' JSON and each op's scaling kind."""
+
+    def __init__(self, engine: Any, ops: list[Any], kinds: list[str], table: str) -> None:
+        self.json = engine.build_ops_json(ops)
+        self.kinds = kinds
+        self.table = table
+
+
+class AicCostModel:
+    """AIConfigurator-table forward times for a roofline's deployment (module docstring)."""
+
+    breakdown_keys: tuple[str, ...] = BREAKDOWN_KEYS
+    name: str = "aic"
+
+    def __init__(
+        self, roofline: RooflineCostModel, *, backend: str = "sglang", version: str | None = None
+    ) -> None:
+        self.roofline = roofline
+        self.backend = backend
+        self.fallback_calls: dict[str, int] = {}
+        self._aic = _import_aic()
+        self._prov: dict[str, str] = dict(_ROOFLINE_ONLY)
+        self._families: dict[str, _Family] = {}
+        self._src: GpuSpec | None = None
+        self._memo: dict[str, dict[tuple[int, int], float | None]] = {}
+        _, self._coef_idx, self._coef_elem = self._calibrate()
+        try:
+            system, source = aic_system_for_gpu(roofline.gpu.name)
+        except KeyError:
+            if backend not in BACKENDS:
+                raise ValueError(f"unknown --aic-backend {backend!r}") from None
+            self._handle: Any = None
+            for key in ("linear", "attention", "moe_experts", "moe_comm_exposed", "tp_comm"):
+                self._prov[key] = f"roofline: no AIC tables for GPU {roofline.gpu.name}"
+            self._prov["cp_kv_gather"] = self._prov["linear"]
+            return
+        db = _load_database(self._aic, system, backend, version)
+        self._handle = self._aic["engine"].EngineHandle.for_database(db)
+        self._src = get_gpu(source) if source else None
+        what = f"{backend} {db.version} {system}"
+        self._label = (
+            f"derived: {what} tables scaled to {roofline.gpu.name} compute/bandwidth"
+            if self._src
+            else f"measured: {what}"
+        )
+        self._build_families()
+        self._probe()
+
+    # --- construction -----------------------------------------------------------------
+    def _calibrate(self) -> tuple[float, float, float]:
+        """The roofline's seconds per attention key, indexer key and row of one lane,
+        from its breakdown of one request whose rows split evenly over the lanes."""
+        rf = self.roofline
+        r = rf.layout.cp_size
+        unit = (rf.page_size if r > 1 else 1) * r
+        want = max(PROBE_TOKENS, rf.model.sparse_dense_threshold + 1)
+        probe = [ReqShape(0, unit * -(-want // unit))]
+        rows, keys, idx = rf.rank_work(probe)
+        parts = rf.breakdown(probe)
+        lane = max(range(r), key=lambda i: (keys[i] + idx[i], rows[i]))
+        a = parts["attention"] / keys[lane] if keys[lane] else 0.0
+        b = parts["indexer"] / idx[lane] if idx[lane] else 0.0
+        c = parts["elementwise"] / rows[lane] if rows[lane] else 0.0
+        return a, b, c
+
+    def _build_families(self) -> None:
+        ops, common = self._aic["ops"], self._aic["common"]
+        engine = self._aic["engine"]
+        rf, m, lay = self.roofline, self.roofline.model, self.roofline.layout
+        fp8 = m.weight_bytes_per_param <= 1.0
+        gq = common.GEMMQuantMode
+        quant = gq.fp8_block if fp8 else gq.bfloat16
+        gemms, kinds = [], []
+        for name, layers, n, k, fp8_ok in gemm_shapes(m, lay.attn_tp):
+            q = quant if fp8_ok else gq.bfloat16
+            gemms.append(ops.GEMM(name, layers, n, k, q))
+            kinds.append("fp8" if q == gq.fp8_block else "bf16")
+        table = f"gemm ({'fp8_block' if fp8 else 'bfloat16'})"
+        self._families["linear"] = _Family(engine, gemms, kinds, table)
+        if m.attention == "mla" and not m.is_sparse:
+            kvq = common.KVCacheQuantMode
+            kv = kvq.fp8 if rf.kv_bytes_per_token == m.kv_bytes_per_token_fp8 else kvq.bfloat16
+            mla = ops.ContextMLA(
+                "mla", m.num_layers, m.num_heads // lay.attn_tp, kv, common.FMHAQuantMode.bfloat16
+            )
+            self._families["attention"] = _Family(engine, [mla], ["bf16"], "context MLA (bf16)")
+        if m.num_experts:
+            mq = common.MoEQuantMode
+            ep = lay.ep_size
+            args = (m.hidden_size, m.moe_intermediate_size, m.experts_per_token, m.num_experts)
+            par = (1, ep) if ep > 1 else (lay.num_gpus, 1)
+            moe = ops.MoE(
+                "moe",
+                m.moe_layers,
+                *args,
+                *par,
+                mq.fp8_block if fp8 else mq.bfloat16,
+                MOE_DISTRIBUTION,
+                1,
+            )
+            self._families["moe_experts"] = _Family(
+                engine, [moe], ["fp8" if fp8 else "bf16"], "moe"
+            )
+        self._build_comm_families()
+
+    def _build_comm_families(self) -> None:
+        ops, common = self._aic["ops"], self._aic["common"]
+        engine = self._aic["engine"]
+        m, lay, gpu = self.roofline.model, self.roofline.layout, self.roofline.gpu
+        half, int8 = common.CommQuantMode.half, common.CommQuantMode.int8
+        if m.num_experts and lay.ep_size > 1:
+            nodes = -(-lay.ep_size // gpu.nvlink_domain)
+            a2a = [
+                ops.MoEAllToAll(
+                    f"a2a_{phase}",
+                    m.moe_layers,
+                    phase=phase,
+                    comm_backend="deepep_ht",
+                    hidden_size=m.hidden_size,
+                    topk=m.experts_per_token,
+                    num_experts=m.num_experts,
+                    moe_ep_size=lay.ep_size,
+                    node_num=nodes,
+                )
+                for phase in ("dispatch", "combine")
+            ]
+            self._families["moe_comm"] = _Family(engine, a2a, ["link"] * 2, "moe a2a (deepep_ht)")
+        elif lay.num_gpus > 1 and (lay.cp_size > 1 or lay.dp_size > 1):
+            layers = m.moe_layers if m.num_experts else m.num_layers
+            coll = [
+                ops.NCCL(op, layers, op, m.hidden_size, lay.num_gpus, half)
+                for op in ("all_gather", "reduce_scatter")
+            ]
+            self._families["moe_comm"] = _Family(engine, coll, ["link"] * 2, "nccl")
+        if lay.attn_tp > 1:
+            times = 2 if lay.cp_size == 1 and lay.dp_size == 1 else 1
+            ar = ops.CustomAllReduce("ar", times * m.num_layers, m.hidden_size, lay.attn_tp)
+            self._families["tp_comm"] = _Family(engine, [ar], ["link"], "custom all-reduce")
+        if lay.cp_size > 1:
+            per_layer = round(self.roofline.kv_bytes_per_token / m.num_layers)
+            ag = ops.NCCL("kv_ag", m.num_layers, "all_gather", per_layer, lay.cp_size, int8)
+            self._families["cp_kv_gather"] = _Family(engine, [ag], ["link"], "nccl all-gather")
+
+    def _probe(self) -> None:
+        """Decide each term's provenance once, at a representative forward."""
+        t = PROBE_TOKENS
+        probes: dict[str, tuple[str, tuple[int, int]]] = {
+            "linear": ("linear", (t, 0)),
+            "attention": ("attention", (t, 0)),
+            "moe_experts": ("moe_experts", (t, 0)),
+            "moe_comm_exposed": ("moe_comm", (t, 0)),
+            "tp_comm": ("tp_comm", (t, 0)),
+            "cp_kv_gather": ("cp_kv_gather", (t, 0)),
+        }
+        reasons = {
+            "attention": "roofline: no context-MLA table for sparse (DSA) or GQA attention",
+            "moe_experts": "roofline: dense model (no routed experts)",
+        }
+        for key, (family, shape) in probes.items():
+            fam = self._families.get(family)
+            if fam is None:
+                self._prov[key] = reasons.get(key, "roofline: term is zero for this layout")
+                continue
+            value = self._measure(fam, *shape)
+            self._memo[family] = {}
+            if value is None:
+                self._families.pop(family)
+                self._prov[key] = f"roofline: no silicon {fam.table} table for this shape/quant"
+            else:
+                self._prov[key] = f"{self._label} {fam.table}"
+
+    # --- evaluation ---------------------------------------------------------------------
+    def _measure(self, fam: _Family, s: int, prefix: int) -> float | None:
+        """Seconds of ``fam`` at ``s`` tokens after ``prefix`` (None: not measured)."""
+        kw = {"is_context": True, "batch_size": 1, "s": s, "prefix": prefix}
+        try:
+            res = self._handle.evaluate_ops_json(fam.json, **kw, x=s)
+        except Exception:
+            return None
+        if not res or any(r[3] != "silicon" for r in res):
+            return None
+        lat = [float(r[1]) for r in res]
+        if self._src is not None:
+            try:
+                lat = self._derive(fam, lat, kw)
+            except Exception:
+                return None
+        total = sum(lat) / 1e3
+        return total if math.isfinite(total) and total >= 0.0 else None
+
+    def _derive(self, fam: _Family, lat: list[float], kw: dict[str, Any]) -> list[float]:
+        """Rescale source-GPU times to the target GPU (module docstring)."""
+        src, dst = self._src, self.roofline.gpu
+        assert src is not None
+        if all(k == "link" for k in fam.kinds):
+            return [x * src.nvlink_bandwidth / dst.nvlink_bandwidth for x in lat]
+        sol = self._handle.evaluate_ops_sol_json(fam.json, **kw, x=kw["s"])
+        out = []
+        for x, kind, (_, _, math_ms, mem_ms) in zip(lat, fam.kinds, sol, strict=True):
+            peak = (
+                src.peak_flops_fp8 / dst.peak_flops_fp8
+                if kind == "fp8"
+                else src.peak_flops_bf16 / dst.peak_flops_bf16
+            )
+            before = max(math_ms, mem_ms)
+            after = max(math_ms * peak, mem_ms * src.hbm_bandwidth / dst.hbm_bandwidth)
+            out.append(x * after / before if before > 0 else x)
+        return out
+
+    def _value(
+        self, key: str, family: str, shape: tuple[int, int], fallback: Callable[[], float]
+    ) -> float:
+        fam = self._families.get(family)
+        if fam is None:
+            return fallback()
+        memo = self._memo[family]
+        if shape in memo:
+            value = memo[shape]
+        else:
+            if len(memo) >= MEMO_LIMIT:  # bound a long replay's memory; re-evaluates
+                memo.clear()
+            value = memo[shape] = self._measure(fam, *shape)
+        if value is None:
+            self.fallback_calls[key] = self.fallback_calls.get(key, 0) + 1
+            return fallback()
+        return value
+
+    def linear_time(self, rows: int) -> float:
+        if rows <= 0:
+            return 0.0
+        return self._value("linear", "linear", (rows, 0), lambda: self.roofline.linear_time(rows))
+
+    def attention_time(self, rows: int, keys: int, coef: float | None = None) -> float:
+        """One rank's attention: ``rows`` new tokens after the prefix giving ``keys``.
+
+        ``coef`` is the roofline's seconds per (query, key) pair for the batch's form
+        (:meth:`RooflineCostModel.attention_coefficient`; default the MHA form). The
+        context-MLA table times SGLang's MHA-form prefill; when the batch runs the
+        absorbed form (under CP, or as SGLang's thresholds pick it) the measured time is
+        scaled by the two forms' FLOP ratio."""
+        if rows <= 0:
+            return 0.0
+        rf = self.roofline
+        mha = rf.mha_attention_coefficient
+        coef = mha if coef is None else coef
+        fam = self._families.get("attention")
+        if fam is None:
+            return coef * keys
+        prefix = max(0, round(keys / rows - (rows + 1) / 2))
+        head = (rf.model.head_dim_qk + rf.model.head_dim_v) / _MLA_TABLE_HEAD_DIMS
+        t = self._value("attention", "attention", (rows, prefix), lambda: -1.0)
+        return t * head * (coef / mha) if t >= 0.0 else coef * keys
+
+    def moe_expert_time(self, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        rf = self.roofline
+        return self._value(
+            "moe_experts", "moe_experts", (tokens, 0), lambda: rf.moe_expert_time(tokens)
+        )
+
+    def moe_comm_time(self, rank_rows: int, tokens: int) -> float:
+        rf = self.roofline
+        if rf.layout.ep_size > 1:
+            n = -(-rank_rows // rf.layout.attn_tp)
+        else:
+            n = tokens
+        if n <= 0:
+            return 0.0
+        fallback = lambda: rf.moe_comm_time(rank_rows, tokens)  # noqa: E731
+        return self._value("moe_comm_exposed", "moe_comm", (n, 0), fallback)
+
+    def tp_comm_time(self, rows: int) -> float:
+        if rows <= 0:
+            return 0.0
+        rf = self.roofline
+        return self._value("tp_comm", "tp_comm", (rows, 0), lambda: rf.tp_comm_time(rows))
+
+    def cp_gather_time(self, context: int) -> float:
+        if context <= 0:
+            return 0.0
+        rf = self.roofline
+        return self._value(
+            "cp_kv_gather", "cp_kv_gather", (context, 0), lambda: rf.cp_gather_time(context)
+        )
+
+    # --- CostModel ----------------------------------------------------------------------
+    def provenance(self) -> dict[str, str]:
+        """Where each breakdown term comes from (decided at construction)."""
+        out = {key: self._prov[key] for key in BREAKDOWN_KEYS}
+        out["decode"] = "roofline: decode_step_time and kv_transfer_time delegate to it"
+        return out
+
+    def _busiest(
+        self, rows: list[int], keys: list[int], idx: list[int], coef: float
+    ) -> tuple[int, float]:
+        best, best_t = 0, -1.0
+        seen: dict[tuple[int, int, int], float] = {}
+        for lane, lane_rows in enumerate(rows):
+            sig = (lane_rows, keys[lane], idx[lane])
+            t = seen.get(sig)
+            if t is None:
+                t = seen[sig] = (
+                    self.linear_time(lane_rows)
+                    + self.attention_time(lane_rows, keys[lane], coef)
+                    + self._coef_idx * idx[lane]
+                    + self._coef_elem * lane_rows
+                )
+            if t > best_t:
+                best, best_t = lane, t
+        return best, best_t
+
+    def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
+        """Seconds per term of one forward; keys are :data:`BREAKDOWN_KEYS`."""
+        rf = self.roofline
+        tokens = loaded = context = 0
+        for req in batch:
+            p, e, ld = req.prefix_len, req.extend_len, req.loaded_tokens
+            if p < 0 or e < 0 or ld < 0 or ld > p:
+                raise ValueError(f"bad request shape (fields >= 0, loads in the prefix): {req}")
+            tokens += e
+            loaded += ld
+            context += p + e
+        if tokens == 0 and loaded == 0:
+            return dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+        rows, keys, idx = rf.rank_work(batch)
+        coef = rf.attention_coefficient(batch)
+        lane, best_t = self._busiest(rows, keys, idx, coef)
+        r = rows[lane]
+        instance = tokens * rf.layout.dp_size
+        experts = self.moe_expert_time(instance)
+        compute = best_t + experts
+        comm = self.moe_comm_time(r, instance)
+        if rf.layout.two_batch_overlap and comm > 0.0:
+            sm_frac = min(rf.eff.comm_sms / rf.gpu.num_sms, 0.9)
+            core = max(compute / (1.0 - sm_frac), comm)
+        else:
+            core = compute + comm
+        gather = self.cp_gather_time(context)
+        if rf.layout.cp_kv_prefetch:
+            gather = max(0.0, gather - compute)
+        parts = {
+            "linear": self.linear_time(r),
+            "attention": self.attention_time(r, keys[lane], coef),
+            "indexer": self._coef_idx * idx[lane],
+            "elementwise": self._coef_elem * r,
+            "moe_experts": experts,
+            "moe_comm_exposed": core - compute,
+            "tp_comm": self.tp_comm_time(r),
+            "cp_kv_gather": gather,
+            "loadback_exposed": max(0.0, rf.loadback_time(loaded) - core),
+            "per_request": rf.per_request_s * len(batch),
+            "per_forward": rf.per_forward_s,
+        }
+        parts["total"] = sum(parts.values())
+        return parts
+
+    def forward_time(self, batch: Sequence[ReqShape]) -> float:
+        return self.breakdown(batch)["total"]
+
+    def decode_step_time(self, batch_size: int, total_context: int) -> float:
+        """Delegated to the roofline (no decode tables are read)."""
+        return self.roofline.decode_step_time(batch_size, total_context)
+
+    def kv_transfer_time(self, tokens: int) -> float:
+        """Delegated to the roofline."""
+        return self.roofline.kv_transfer_time(tokens)
+
+    def __repr__(self) -> str:
+        return f"AicCostModel({self.roofline!r}, backend={self.backend!r})"
