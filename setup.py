@@ -49,6 +49,7 @@ COMPILED = [
     "src/prefillkit/sim/engine.py",
     "src/prefillkit/sim/collect.py",
     "src/prefillkit/sim/cost.py",
+    "src/prefillkit/sim/rank_work.py",
     "src/prefillkit/sim/cached.py",
     "src/prefillkit/sim/metrics.py",
     "src/prefillkit/sim/output.py",

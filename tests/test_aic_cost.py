@@ -98,8 +98,22 @@ def test_dsv3_linear_and_moe_are_aic_op_evaluations(
         _aic_ms(handle, ops.GEMM(f"g{i}", n_layers, n, k, q), 4096)
         for i, (n_layers, n, k, q) in enumerate(gemms)
     )
-    moe_op = ops.MoE(
-        "moe", 58, 7168, 2048, 8, 256, 1, 8, common.MoEQuantMode.fp8_block, "power_law_1.01", 1
+    # EP 8: SGLang's large-EP kernels (DeepEP + DeepGEMM), AIC's skewed routing.
+    moe_op = ops.MoEExpertCompute(
+        "moe",
+        58,
+        hidden_size=7168,
+        inter_size=2048,
+        topk=8,
+        num_experts=256,
+        moe_ep_size=8,
+        quant_mode=common.MoEQuantMode.fp8_block,
+        workload_distribution="power_law_1.01",
+        attention_dp_size=1,
+        inference_phase="context",
+        num_slots=None,
+        is_gated=True,
+        enable_eplb=False,
     )
     moe = _aic_ms(handle, moe_op, 4096)
     parts = dsv3_h200.breakdown(PROMPT)
@@ -122,7 +136,9 @@ def test_provenance_measured_derived_roofline(dsv3_h200: AicCostModel) -> None:
     prov = dsv3_h200.provenance()
     assert set(BREAKDOWN_KEYS) <= set(prov)
     assert prov["linear"] == "measured: sglang 0.5.14 h200_sxm gemm (fp8_block)"
-    assert prov["moe_experts"].startswith("measured: sglang 0.5.14 h200_sxm moe")
+    assert prov["moe_experts"].startswith(
+        "measured: sglang 0.5.14 h200_sxm large-EP moe_expert_compute"
+    )
     assert prov["per_forward"].startswith("roofline")
     assert prov["decode"].startswith("roofline")
     derived = AicCostModel(_dsv3("h20-141g")).provenance()

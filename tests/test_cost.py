@@ -13,8 +13,8 @@ from prefillkit.sim.cost import (
     HOPPER,
     ReqShape,
     RooflineCostModel,
-    default_cost_model,
 )
+from prefillkit.sim.forward_models import default_cost_model
 from prefillkit.sim.gpus import GPUS, GpuSpec, get_gpu
 
 
@@ -337,6 +337,7 @@ def test_gpu_presets() -> None:
         "h20-141g": (148e12, 296e12, 4.8e12, 141e9),
         "b200": (2250e12, 4500e12, 8.0e12, 180e9),
         "gb200": (2500e12, 5000e12, 8.0e12, 186e9),
+        "gb300": (2500e12, 5000e12, 8.0e12, 288e9),
         "a100": (312e12, 312e12, 2.0e12, 80e9),
     }
     assert set(GPUS) == set(expected)
@@ -350,5 +351,7 @@ def test_gpu_presets() -> None:
 def test_get_gpu_lookup() -> None:
     assert get_gpu("H800") is GPUS["h800"]
     assert get_gpu("A100_SXM") is GPUS["a100"]
-    with pytest.raises(KeyError, match="known: a100, b200, gb200, h100, h20, h20-141g, h200, h800"):
+    with pytest.raises(
+        KeyError, match="known: a100, b200, gb200, gb300, h100, h20, h20-141g, h200, h800"
+    ):
         get_gpu("tpu-v5e")

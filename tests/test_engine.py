@@ -9,8 +9,9 @@ import pytest
 from prefillkit.app.replay import WorkloadSpec, load_requests
 from prefillkit.app.settings import Config
 from prefillkit.request import Request
-from prefillkit.sim.cost import ReqShape, default_cost_model
+from prefillkit.sim.cost import ReqShape
 from prefillkit.sim.engine import Engine, simulate
+from prefillkit.sim.forward_models import default_cost_model
 from prefillkit.sim.linear_cost import LinearCostModel
 from prefillkit.workloads.generators import multi_turn_agentic
 from prefillkit.workloads.record import to_request

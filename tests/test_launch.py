@@ -84,6 +84,7 @@ def test_each_shipped_config_json_gives_its_preset(name: str) -> None:
         "first_dense_layers",
         "intermediate_size",
         "vocab_size",
+        "q_lora_rank",
     ):
         assert getattr(built, field) == getattr(preset, field), field
     # Parameter counts are computed from the shapes (norms, biases, MTP left out).

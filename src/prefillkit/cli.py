@@ -1600,6 +1600,11 @@ def calibrate_cmd(
     for table in calibration_tables(doc):
         console.print(table)
     console.print(f"seed deployment: {doc['seed']['deployment']}", markup=False, highlight=False)
+    aic = doc["seed"]["models"].get("aic", {})
+    for term, where in (aic.get("terms") or {}).items():
+        console.print(f"  aic {term}: {where}", markup=False, highlight=False)
+    if "unavailable" in aic:
+        console.print(f"  aic: {aic['unavailable']}", markup=False, highlight=False)
 
 
 @cli.command("knobs", context_settings=CONTEXT_SETTINGS)

@@ -259,6 +259,60 @@ MODELS: dict[str, ModelSpec] = {
         vocab_size=129280,
         q_lora_rank=1536,
     ),
+    # Kimi K2 (moonshotai/Kimi-K2-Instruct config.json): DeepSeek-V3's body with 64 heads,
+    # 384 routed experts (2048 wide) top-8 + 1 shared, 1 dense layer (FFN 18,432) + 60
+    # MoE layers, q latent 1536, vocabulary 163,840; ~1.03 T total / ~32.7 B active
+    # (counted from the shapes by model_from_hf_config). FP8 block-scaled checkpoint.
+    "kimi-k2": ModelSpec(
+        name="kimi-k2",
+        num_layers=61,
+        hidden_size=7168,
+        num_heads=64,
+        attention="mla",
+        head_dim_qk=128 + 64,
+        head_dim_v=128,
+        num_kv_heads=1,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        total_params=1026.4e9,
+        active_params=32.7e9,
+        weight_bytes_per_param=1.0,
+        kv_bytes_per_token_bf16=61 * (512 + 64) * 2,  # 70,272
+        kv_bytes_per_token_fp8=61 * 656,  # 40,016
+        num_experts=384,
+        experts_per_token=8,
+        moe_intermediate_size=2048,
+        num_shared_experts=1,
+        first_dense_layers=1,
+        intermediate_size=18432,
+        vocab_size=163840,
+        q_lora_rank=1536,
+    ),
+    # Qwen3-235B-A22B (Qwen/Qwen3-235B-A22B-FP8 config.json): 94 layers, hidden 4096, GQA
+    # 64 q / 4 kv heads x 128, 128 routed experts (1536 wide) top-8, no shared expert, no
+    # dense layer, vocabulary 151,936; 235 B total / 22.1 B active. FP8 block-scaled.
+    "qwen3-235b-a22b": ModelSpec(
+        name="qwen3-235b-a22b",
+        num_layers=94,
+        hidden_size=4096,
+        num_heads=64,
+        attention="gqa",
+        head_dim_qk=128,
+        head_dim_v=128,
+        num_kv_heads=4,
+        kv_lora_rank=0,
+        qk_rope_head_dim=0,
+        total_params=235.1e9,
+        active_params=22.1e9,
+        weight_bytes_per_param=1.0,
+        kv_bytes_per_token_bf16=_gqa_kv_bytes(94, 4, 128, 2),  # 192,512
+        kv_bytes_per_token_fp8=_gqa_kv_bytes(94, 4, 128, 1),
+        num_experts=128,
+        experts_per_token=8,
+        moe_intermediate_size=1536,
+        intermediate_size=12288,
+        vocab_size=151936,
+    ),
     # Llama-3.1-8B (meta-llama config.json): 32 layers, hidden 4096, 32 q / 8 kv heads x 128.
     "llama-3.1-8b": ModelSpec(
         name="llama-3.1-8b",
@@ -326,6 +380,11 @@ HF_MODEL_IDS: dict[str, str] = {
     "meta-llama/llama-3.1-8b-instruct": "llama-3.1-8b",
     "meta-llama/meta-llama-3.1-8b": "llama-3.1-8b",
     "meta-llama/meta-llama-3.1-8b-instruct": "llama-3.1-8b",
+    "moonshotai/kimi-k2-instruct": "kimi-k2",
+    "moonshotai/kimi-k2-instruct-0905": "kimi-k2",
+    "qwen/qwen3-235b-a22b": "qwen3-235b-a22b",
+    "qwen/qwen3-235b-a22b-fp8": "qwen3-235b-a22b",
+    "deepseek-ai/deepseek-v3.1": "deepseek-v3",
     "qwen/qwen2.5-7b": "qwen2.5-7b",
     "qwen/qwen2.5-7b-instruct": "qwen2.5-7b",
 }

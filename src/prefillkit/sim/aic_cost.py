@@ -25,13 +25,15 @@ What is measured (per term, shapes of the busiest rank):
   (``weight_bytes_per_param <= 1``), ``bfloat16`` otherwise; the list is the roofline's
   (:func:`~prefillkit.models.token_local_gemms`).
 - ``attention`` (dense MLA): the context-MLA table (bf16 FMHA, the KV dtype of
-  ``kv_bytes_per_token``) at ``num_heads / attn_tp`` heads. The table times whole
-  requests ``(batch, isl, prefix)``; a rank with ``q`` query rows and ``K`` causal keys
-  is timed as one request of ``q`` new tokens after ``p = K/q - (q+1)/2`` cached ones
-  (the same rows and the same attention keys), scaled by ``(d_qk + d_v) / 320`` for
-  MLA heads other than DeepSeek-V3's 192/128 the table was collected with.
-- ``moe_experts``: the MoE table (``power_law_1.01`` routing, AIC's default) at the
-  instance's tokens, top-k, experts, EP or MoE-TP size.
+  ``kv_bytes_per_token``) at ``num_heads / attn_tp`` heads, each request of the batch
+  timed alone; the batch's measured seconds per causal (query, key) pair times the
+  busiest rank's keys (:meth:`AicCostModel.attention_pair_seconds`: the absorbed form's
+  FLOP ratio where SGLang runs it, other head dims by ``d_qk + d_v``).
+- ``moe_experts``: under EP, SGLang's large-EP kernels (AIC's ``MoEExpertCompute``:
+  DeepEP + DeepGEMM, one attention-DP rank's tokens scaled by the DP size; EPLB as AIC
+  models it with ``moe_balance="eplb"``), else or where missing the fused-MoE table
+  (``MoE``), with AIC's skewed routing (``power_law_1.01``) or ``balanced`` for
+  ``moe_balance="perfect"``.
 - ``moe_comm_exposed``: EP: DeepEP normal-mode dispatch + combine (``deepep_ht``)
   of the rank's tokens per MoE layer; MoE without EP under CP/DP: NCCL all-gather +
   reduce-scatter of the instance's tokens.
@@ -56,8 +58,10 @@ GPUs: ``h100``/``h200``/``b200``/``gb200``/``a100`` read their own AIC system
 shape and is rescaled by the target's peaks, ``t_target = t_src × max(math_t, mem_t) /
 max(math_src, mem_src)``, with AIC's SOL math and memory times of that op
 (``evaluate_ops_sol_json``) and ``math_t = math_src × peak_src / peak_t`` (fp8 or bf16
-peak as the op computes), ``mem_t = mem_src × hbm_src / hbm_t``; communication scales by
-the NVLink bandwidth ratio. A GPU with neither gets the roofline for every term.
+peak as the op computes), ``mem_t = mem_src × hbm_src / hbm_t``; an op without a SOL
+decomposition (the large-EP expert table) is taken as compute-bound (the peak ratio);
+communication scales by the NVLink bandwidth ratio inside one NVLink domain and by the
+NIC's across domains. A GPU with neither gets the roofline for every term.
 
 Fallback: each term's table is probed once at construction (a 4,096-token forward); a
 term whose probe fails or is not ``"silicon"`` uses the roofline for the whole run. A
@@ -70,36 +74,26 @@ Evaluations are memoised per (term, shape).
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from prefillkit.models import ModelSpec, token_local_gemms
 from prefillkit.sched.buffer import ReqShape
+from prefillkit.sim.aic_tables import (
+    BACKENDS,
+    MOE_DISTRIBUTIONS,
+    aic_system_for_gpu,
+    gemm_shapes,
+    import_aic,
+    load_database,
+)
+from prefillkit.sim.aic_tables import AicUnavailableError as AicUnavailableError
 from prefillkit.sim.cost import BREAKDOWN_KEYS, RooflineCostModel
-from prefillkit.sim.gpus import GPUS, GpuSpec, get_gpu
+from prefillkit.sim.gpus import GpuSpec, get_gpu
 
-AIC_PACKAGE = "aiconfigurator_core"
-INSTALL_HINT = "--cost-model aic needs the aic extra: pip install 'prefillkit[aic]'"
-BACKENDS: tuple[str, ...] = ("sglang", "trtllm", "vllm")
-MOE_DISTRIBUTION = "power_law_1.01"
 PROBE_TOKENS = 4096
 MEMO_LIMIT = 500_000  # memoised shapes per term
 _MLA_TABLE_HEAD_DIMS = 192 + 128  # DeepSeek-V3's qk + v head dims (context-MLA table)
-
-#: prefillkit GPU preset -> (AIC system whose tables are read, preset of the source GPU
-#: whose peaks the times are rescaled from, or None for the GPU's own tables).
-GPU_SYSTEMS: dict[str, tuple[str, str | None]] = {
-    "h100": ("h100_sxm", None),
-    "h200": ("h200_sxm", None),
-    "b200": ("b200_sxm", None),
-    "gb200": ("gb200", None),
-    "a100": ("a100_sxm", None),
-    "h20": ("h200_sxm", "h200"),
-    "h20-141g": ("h200_sxm", "h200"),
-    "h800": ("h100_sxm", "h100"),
-}
 
 _ROOFLINE_ONLY: dict[str, str] = {
     "indexer": "roofline: AIC's DSA tables time the indexer inside the attention module",
@@ -109,62 +103,6 @@ _ROOFLINE_ONLY: dict[str, str] = {
     "per_forward": "roofline: no table (fixed cost)",
     "total": "sum of the other terms",
 }
-
-
-class AicUnavailableError(RuntimeError):
-    """``aiconfigurator-core`` is not installed (one-line message)."""
-
-
-def _import_aic() -> dict[str, Any]:
-    try:
-        ops = importlib.import_module(f"{AIC_PACKAGE}.sdk.operations")
-        common = importlib.import_module(f"{AIC_PACKAGE}.sdk.common")
-        engine = importlib.import_module(f"{AIC_PACKAGE}.sdk.engine")
-        pdb = importlib.import_module(f"{AIC_PACKAGE}.sdk.perf_database")
-    except ImportError as exc:
-        raise AicUnavailableError(INSTALL_HINT) from exc
-    return {"ops": ops, "common": common, "engine": engine, "pdb": pdb}
-
-
-def aic_system_for_gpu(gpu_name: str) -> tuple[str, str | None]:
-    """``(AIC system read, source preset rescaled from or None)`` for a GPU preset or
-    :attr:`GpuSpec.name`; ``KeyError`` for a GPU without AIC tables or a Hopper source."""
-    spec = get_gpu(gpu_name)
-    for key, (system, source) in GPU_SYSTEMS.items():
-        if GPUS[key] == spec:
-            return system, source
-    raise KeyError(f"no AIC tables for GPU {gpu_name!r}")
-
-
-def _load_database(aic: dict[str, Any], system: str, backend: str, version: str | None) -> Any:
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown --aic-backend {backend!r}; known: {', '.join(BACKENDS)}")
-    try:
-        db = aic["pdb"].get_database(system, backend, version or "current")
-    except ValueError as exc:
-        raise ValueError(
-            f"--aic-version {version!r} is not in AIC's {backend} data for {system}"
-        ) from exc
-    if db is None:
-        raise ValueError(f"AIC has no {backend} {version or 'current'} tables for {system}")
-    return db
-
-
-#: GEMMs AIC times in bf16 whatever the checkpoint (SGLang keeps them unquantised).
-_BF16_GEMMS: frozenset[str] = frozenset({"router_gate", "indexer_weights"})
-
-
-def gemm_shapes(model: ModelSpec, tp: int) -> list[tuple[str, int, int, int, bool]]:
-    """Token-local GEMMs of one forward on one attention rank, ``(name, layers, n, k,
-    fp8-capable)``: :func:`~prefillkit.models.token_local_gemms` (the roofline's list)
-    with its attention-TP split applied; the router and the indexer's head weights are
-    bf16 whatever the checkpoint."""
-    out: list[tuple[str, int, int, int, bool]] = []
-    for g in token_local_gemms(model):
-        n = max(g.n // tp, 1) if g.split == "col" else g.n
-        k = max(g.k // tp, 1) if g.split == "row" else g.k
-        out.append((g.name, g.layers, n, k, g.name not in _BF16_GEMMS))
-    return out
 
 
 class _Family:
@@ -183,12 +121,21 @@ class AicCostModel:
     name: str = "aic"
 
     def __init__(
-        self, roofline: RooflineCostModel, *, backend: str = "sglang", version: str | None = None
+        self,
+        roofline: RooflineCostModel,
+        *,
+        backend: str = "sglang",
+        version: str | None = None,
+        moe_balance: str = "default",
     ) -> None:
+        if moe_balance not in MOE_DISTRIBUTIONS:
+            raise ValueError(f"moe_balance must be one of {', '.join(MOE_DISTRIBUTIONS)}")
         self.roofline = roofline
         self.backend = backend
+        self.moe_balance = moe_balance
+        self.small_gemm = roofline.small_gemm
         self.fallback_calls: dict[str, int] = {}
-        self._aic = _import_aic()
+        self._aic = import_aic()
         self._prov: dict[str, str] = dict(_ROOFLINE_ONLY)
         self._families: dict[str, _Family] = {}
         self._src: GpuSpec | None = None
@@ -204,7 +151,7 @@ class AicCostModel:
                 self._prov[key] = f"roofline: no AIC tables for GPU {roofline.gpu.name}"
             self._prov["cp_kv_gather"] = self._prov["linear"]
             return
-        db = _load_database(self._aic, system, backend, version)
+        db = load_database(self._aic, system, backend, version)
         self._handle = self._aic["engine"].EngineHandle.for_database(db)
         self._src = get_gpu(source) if source else None
         what = f"{backend} {db.version} {system}"
@@ -255,23 +202,51 @@ class AicCostModel:
             )
             self._families["attention"] = _Family(engine, [mla], ["bf16"], "context MLA (bf16)")
         if m.num_experts:
-            mq = common.MoEQuantMode
-            ep = lay.ep_size
-            args = (m.hidden_size, m.moe_intermediate_size, m.experts_per_token, m.num_experts)
-            par = (1, ep) if ep > 1 else (lay.num_gpus, 1)
-            moe = ops.MoE(
+            self._build_moe_family()
+        self._build_comm_families()
+
+    def _build_moe_family(self) -> None:
+        """Routed experts: under EP, SGLang's large-EP path (DeepEP dispatch, DeepGEMM
+        grouped GEMMs: AIC's ``MoEExpertCompute`` table, AIC's EPLB modelling when
+        ``moe_balance`` is ``eplb``), else (or where that table is missing) the fused-MoE
+        table (``MoE``: Triton fused MoE, EP or TP inside a node)."""
+        ops, common = self._aic["ops"], self._aic["common"]
+        engine = self._aic["engine"]
+        m, lay = self.roofline.model, self.roofline.layout
+        fp8 = m.weight_bytes_per_param <= 1.0
+        quant = common.MoEQuantMode.fp8_block if fp8 else common.MoEQuantMode.bfloat16
+        dist = MOE_DISTRIBUTIONS[self.moe_balance]
+        kind = "fp8" if fp8 else "bf16"
+        candidates: list[tuple[Any, str]] = []
+        if lay.ep_size > 1:
+            large_ep = ops.MoEExpertCompute(
                 "moe",
                 m.moe_layers,
-                *args,
-                *par,
-                mq.fp8_block if fp8 else mq.bfloat16,
-                MOE_DISTRIBUTION,
-                1,
+                hidden_size=m.hidden_size,
+                inter_size=m.moe_intermediate_size,
+                topk=m.experts_per_token,
+                num_experts=m.num_experts,
+                moe_ep_size=lay.ep_size,
+                quant_mode=quant,
+                workload_distribution=dist,
+                attention_dp_size=lay.dp_size,
+                inference_phase="context",
+                num_slots=None,
+                is_gated=True,
+                enable_eplb=self.moe_balance == "eplb",
             )
-            self._families["moe_experts"] = _Family(
-                engine, [moe], ["fp8" if fp8 else "bf16"], "moe"
-            )
-        self._build_comm_families()
+            candidates.append((large_ep, f"large-EP moe_expert_compute ({dist})"))
+        ep = lay.ep_size
+        par = (1, ep) if ep > 1 else (lay.num_gpus, 1)
+        args = (m.hidden_size, m.moe_intermediate_size, m.experts_per_token, m.num_experts)
+        fused = ops.MoE("moe", m.moe_layers, *args, *par, quant, dist, lay.dp_size)
+        candidates.append((fused, f"fused moe ({dist})"))
+        for op, table in candidates:
+            fam = _Family(engine, [op], [kind], table)
+            if self._measure(fam, PROBE_TOKENS, 0) is not None:
+                self._families["moe_experts"] = fam
+                return
+        self._families["moe_experts"] = _Family(engine, [fused], [kind], f"fused moe ({dist})")
 
     def _build_comm_families(self) -> None:
         ops, common = self._aic["ops"], self._aic["common"]
@@ -358,20 +333,30 @@ class AicCostModel:
         total = sum(lat) / 1e3
         return total if math.isfinite(total) and total >= 0.0 else None
 
+    def _peak_ratio(self, kind: str) -> float:
+        """Source over target tensor-core peak for an op computing in ``kind``."""
+        src, dst = self._src, self.roofline.gpu
+        assert src is not None
+        if kind == "fp8":
+            return src.peak_flops_fp8 / dst.peak_flops_fp8
+        return src.peak_flops_bf16 / dst.peak_flops_bf16
+
     def _derive(self, fam: _Family, lat: list[float], kw: dict[str, Any]) -> list[float]:
         """Rescale source-GPU times to the target GPU (module docstring)."""
         src, dst = self._src, self.roofline.gpu
         assert src is not None
         if all(k == "link" for k in fam.kinds):
+            # Traffic that leaves the NVLink domain is bound by the NIC, the rest by NVLink.
+            if self.roofline.layout.num_gpus > dst.nvlink_domain:
+                return [x * src.net_bandwidth / dst.net_bandwidth for x in lat]
             return [x * src.nvlink_bandwidth / dst.nvlink_bandwidth for x in lat]
-        sol = self._handle.evaluate_ops_sol_json(fam.json, **kw, x=kw["s"])
+        try:
+            sol = self._handle.evaluate_ops_sol_json(fam.json, **kw, x=kw["s"])
+        except Exception:  # a family without a SOL decomposition: taken as compute-bound
+            return [x * self._peak_ratio(kind) for x, kind in zip(lat, fam.kinds, strict=True)]
         out = []
         for x, kind, (_, _, math_ms, mem_ms) in zip(lat, fam.kinds, sol, strict=True):
-            peak = (
-                src.peak_flops_fp8 / dst.peak_flops_fp8
-                if kind == "fp8"
-                else src.peak_flops_bf16 / dst.peak_flops_bf16
-            )
+            peak = self._peak_ratio(kind)
             before = max(math_ms, mem_ms)
             after = max(math_ms * peak, mem_ms * src.hbm_bandwidth / dst.hbm_bandwidth)
             out.append(x * after / before if before > 0 else x)
@@ -400,33 +385,47 @@ class AicCostModel:
             return 0.0
         return self._value("linear", "linear", (rows, 0), lambda: self.roofline.linear_time(rows))
 
-    def attention_time(self, rows: int, keys: int, coef: float | None = None) -> float:
-        """One rank's attention: ``rows`` new tokens after the prefix giving ``keys``.
+    def attention_pair_seconds(self, batch: Sequence[ReqShape], coef: float) -> float:
+        """Measured seconds per (query, key) pair on one rank for ``batch``'s requests.
 
-        ``coef`` is the roofline's seconds per (query, key) pair for the batch's form
-        (:meth:`RooflineCostModel.attention_coefficient`; default the MHA form). The
-        context-MLA table times SGLang's MHA-form prefill; when the batch runs the
-        absorbed form (under CP, or as SGLang's thresholds pick it) the measured time is
-        scaled by the two forms' FLOP ratio."""
-        if rows <= 0:
-            return 0.0
+        The context-MLA table times whole requests (``isl`` new tokens after ``prefix``
+        cached ones, SGLang's MHA-form prefill, ``num_heads / attn_tp`` heads); a rank's
+        share of a batch is not a request (CP splits each request's pages over the
+        lanes), so each request is timed alone and the batch's measured seconds per
+        causal (query, key) pair, ``Σ t_r / Σ pairs_r``, times the busiest rank's keys.
+        ``coef`` is the roofline's seconds per pair for the batch's attention form
+        (:meth:`RooflineCostModel.attention_coefficient`): when SGLang runs the absorbed
+        form (under CP, or as its thresholds pick it) the measured MHA-form rate is scaled
+        by the two forms' FLOP ratio; heads other than DeepSeek-V3's 192/128 (the table's)
+        by their ``d_qk + d_v``. Falls back to ``coef`` when any request is not measured.
+        """
         rf = self.roofline
-        mha = rf.mha_attention_coefficient
-        coef = mha if coef is None else coef
-        fam = self._families.get("attention")
-        if fam is None:
-            return coef * keys
-        prefix = max(0, round(keys / rows - (rows + 1) / 2))
+        if self._families.get("attention") is None:
+            return coef
+        measured = pairs = 0.0
+        for req in batch:
+            e, p = req.extend_len, req.prefix_len
+            if e <= 0:
+                continue
+            t = self._value("attention", "attention", (e, p), lambda: -1.0)
+            if t < 0.0:
+                return coef
+            measured += t
+            pairs += e * (p + (e + 1) / 2)
+        if pairs == 0.0:
+            return coef
         head = (rf.model.head_dim_qk + rf.model.head_dim_v) / _MLA_TABLE_HEAD_DIMS
-        t = self._value("attention", "attention", (rows, prefix), lambda: -1.0)
-        return t * head * (coef / mha) if t >= 0.0 else coef * keys
+        return measured / pairs * head * (coef / rf.mha_attention_coefficient)
 
     def moe_expert_time(self, tokens: int) -> float:
+        """Busiest GPU's routed experts when the instance runs ``tokens`` tokens (AIC's
+        MoE ops take one attention-DP rank's tokens and scale by the DP size)."""
         if tokens <= 0:
             return 0.0
         rf = self.roofline
+        per_rank = max(tokens // rf.layout.dp_size, 1)
         return self._value(
-            "moe_experts", "moe_experts", (tokens, 0), lambda: rf.moe_expert_time(tokens)
+            "moe_experts", "moe_experts", (per_rank, 0), lambda: rf.moe_expert_time(tokens)
         )
 
     def moe_comm_time(self, rank_rows: int, tokens: int) -> float:
@@ -462,7 +461,7 @@ class AicCostModel:
         return out
 
     def _busiest(
-        self, rows: list[int], keys: list[int], idx: list[int], coef: float
+        self, rows: list[int], keys: list[int], idx: list[int], attn: float
     ) -> tuple[int, float]:
         best, best_t = 0, -1.0
         seen: dict[tuple[int, int, int], float] = {}
@@ -472,7 +471,7 @@ class AicCostModel:
             if t is None:
                 t = seen[sig] = (
                     self.linear_time(lane_rows)
-                    + self.attention_time(lane_rows, keys[lane], coef)
+                    + attn * keys[lane]
                     + self._coef_idx * idx[lane]
                     + self._coef_elem * lane_rows
                 )
@@ -494,8 +493,8 @@ class AicCostModel:
         if tokens == 0 and loaded == 0:
             return dict.fromkeys(BREAKDOWN_KEYS, 0.0)
         rows, keys, idx = rf.rank_work(batch)
-        coef = rf.attention_coefficient(batch)
-        lane, best_t = self._busiest(rows, keys, idx, coef)
+        attn = self.attention_pair_seconds(batch, rf.attention_coefficient(batch))
+        lane, best_t = self._busiest(rows, keys, idx, attn)
         r = rows[lane]
         instance = tokens * rf.layout.dp_size
         experts = self.moe_expert_time(instance)
@@ -511,7 +510,7 @@ class AicCostModel:
             gather = max(0.0, gather - compute)
         parts = {
             "linear": self.linear_time(r),
-            "attention": self.attention_time(r, keys[lane], coef),
+            "attention": attn * keys[lane],
             "indexer": self._coef_idx * idx[lane],
             "elementwise": self._coef_elem * r,
             "moe_experts": experts,

@@ -94,18 +94,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from prefillkit.models import ModelSpec, get_model, token_local_gemms
+from prefillkit.models import ModelSpec, token_local_gemms
 from prefillkit.sched.buffer import ReqShape
-from prefillkit.sched.config import ConfigError
-from prefillkit.sched.cp_split import add_lane_span
+from prefillkit.sim.cost_types import BREAKDOWN_KEYS as BREAKDOWN_KEYS
+from prefillkit.sim.cost_types import CostModel as CostModel
+from prefillkit.sim.cost_types import ParallelLayout as ParallelLayout
+from prefillkit.sim.efficiency import FAMILY_EFFICIENCIES as FAMILY_EFFICIENCIES
+from prefillkit.sim.efficiency import HOPPER as HOPPER
+from prefillkit.sim.efficiency import Efficiencies as Efficiencies
+from prefillkit.sim.efficiency import (
+    activation_bytes_per_token_layer as activation_bytes_per_token_layer,
+)
+from prefillkit.sim.efficiency import check_fraction, check_positive
 from prefillkit.sim.gemm import SMALL_GEMM_MODELS, GemmTimer
-from prefillkit.sim.gpus import GpuSpec, get_gpu
+from prefillkit.sim.gpus import GpuSpec
+from prefillkit.sim.rank_work import rank_work
 
 if TYPE_CHECKING:
-    from prefillkit.sim.settings import SimSettings
+    pass
 
 GEMM_SATURATION_TOKENS: int = 512
 GEMM_EFF_FLOOR: float = 0.05  # lowest fraction of eff_gemm (only below ~1.3 tokens)
@@ -129,165 +137,6 @@ DEFAULT_PER_FORWARD_S: float = 0.003
 # positions, sampling); the same order as this repository's measured upstream admission
 # cost per request (60-85 us, benchmarks/RESULTS.md).
 DEFAULT_PER_REQUEST_S: float = 0.0001
-
-BREAKDOWN_KEYS: tuple[str, ...] = (
-    "linear",
-    "attention",
-    "indexer",
-    "elementwise",
-    "moe_experts",
-    "moe_comm_exposed",
-    "tp_comm",
-    "cp_kv_gather",
-    "loadback_exposed",
-    "per_request",
-    "per_forward",
-    "total",
-)
-
-
-def _check_fraction(name: str, value: float) -> None:
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"{name} must be in (0, 1], got {value}")
-
-
-def _check_positive(name: str, value: float) -> None:
-    if not value > 0.0 or not math.isfinite(value):
-        raise ValueError(f"{name} must be finite and > 0, got {value}")
-
-
-@dataclass(frozen=True, slots=True)
-class Efficiencies:
-    """Achieved fractions of peak for one GPU family (see :data:`FAMILY_EFFICIENCIES`)."""
-
-    gemm_fp8: float
-    gemm_bf16: float
-    attn: float
-    indexer: float
-    mem: float
-    nvlink: float
-    net: float
-    moe_imbalance: float  # busiest GPU's routed load / mean (after EPLB)
-    comm_sms: int  # SMs a communication kernel holds while it overlaps compute
-
-    def __post_init__(self) -> None:
-        for name in ("gemm_fp8", "gemm_bf16", "attn", "indexer", "mem", "nvlink", "net"):
-            _check_fraction(name, getattr(self, name))
-        if not self.moe_imbalance >= 1.0:
-            raise ValueError(f"moe_imbalance must be >= 1, got {self.moe_imbalance}")
-        if self.comm_sms < 0:
-            raise ValueError(f"comm_sms must be >= 0, got {self.comm_sms}")
-
-
-#: One set for the Hopper family, chosen once:
-#: - gemm_fp8 0.65: DeepGEMM's README (2025-02) reports 1,100-1,550 TFLOPS for
-#:   DeepSeek-V3's dense and grouped (MoE, contiguous layout) FP8 GEMM shapes on H800,
-#:   56-78 % of the 1,979 TFLOPS dense peak;
-#: - gemm_bf16 0.70: cuBLAS bf16 GEMMs of LLM shapes on H100 reach ~700 TFLOPS;
-#: - attn 0.5: FlashAttention-3 (Shah et al., 2024) reaches 610-740 TFLOPS (62-75 %)
-#:   on H100 for head dim 128/256; MLA prefill's 192/128 heads and causal masking are
-#:   taken at 0.5;
-#: - indexer 0.3: assumption (fp8 MQA logits at ~0.6 of peak, halved for the top-k
-#:   selection and ReLU-weighted head reduction that follow);
-#: - mem 0.8: STREAM-like copies reach ~80 % of HBM bandwidth;
-#: - nvlink 0.8: DeepEP's README measures 153-158 GB/s intranode dispatch/combine on
-#:   H800's 200 GB/s NVLink; NCCL all-gather bus bandwidth on H100 is ~360 of 450 GB/s;
-#: - net 0.9: DeepEP internode dispatch/combine at 43-58 GB/s on 400 Gb/s CX7;
-#: - moe_imbalance 1.25: assumption, the residual max/mean GPU load after EPLB (SGLang's
-#:   large-scale-EP blog: EPLB speeds prefill up 1.49x, i.e. the unbalanced load was
-#:   ~1.5-1.9x of the mean);
-#: - comm_sms 20: DeepSeek-V3 report, section 3.2.2 (20 of 132 SMs for communication).
-HOPPER = Efficiencies(
-    gemm_fp8=0.65,
-    gemm_bf16=0.70,
-    attn=0.5,
-    indexer=0.3,
-    mem=0.8,
-    nvlink=0.8,
-    net=0.9,
-    moe_imbalance=1.25,
-    comm_sms=20,
-)
-
-#: Blackwell and Ampere reuse Hopper's fractions: we found no published kernel
-#: efficiencies for them that we trust more, and the GB200 prefill figure in the
-#: validation table is a check of exactly that choice, not a fit.
-FAMILY_EFFICIENCIES: dict[str, Efficiencies] = {
-    "ampere": HOPPER,
-    "hopper": HOPPER,
-    "blackwell": HOPPER,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class ParallelLayout:
-    """How one instance's ``num_gpus`` GPUs split a forward (module docstring)."""
-
-    num_gpus: int
-    cp_size: int = 1
-    dp_size: int = 1
-    ep_size: int = 1
-    two_batch_overlap: bool = False
-    cp_kv_prefetch: bool = False
-    shared_kv: bool = True  # CP KV sharded over owner lanes (shared-KV); else replicated
-
-    def __post_init__(self) -> None:
-        for name in ("num_gpus", "cp_size", "dp_size", "ep_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_gpus % (self.cp_size * self.dp_size):
-            raise ValueError(
-                f"cp_size x dp_size ({self.cp_size} x {self.dp_size}) must divide "
-                f"num_gpus {self.num_gpus}"
-            )
-        if self.ep_size not in (1, self.num_gpus):
-            raise ValueError(f"ep_size must be 1 or num_gpus ({self.num_gpus}), got {self.ep_size}")
-
-    @property
-    def attn_tp(self) -> int:
-        return self.num_gpus // (self.cp_size * self.dp_size)
-
-
-class CostModel(Protocol):
-    breakdown_keys: tuple[str, ...]
-
-    def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
-        """Seconds per term of one prefill forward; ``"total"`` is the forward time."""
-        ...
-
-    def forward_time(self, batch: Sequence[ReqShape]) -> float:
-        """Seconds for one prefill forward over ``batch`` (0.0 for an empty batch)."""
-        ...
-
-    def decode_step_time(self, batch_size: int, total_context: int) -> float:
-        """Seconds for one decode step of ``batch_size`` requests."""
-        ...
-
-    def kv_transfer_time(self, tokens: int) -> float:
-        """Seconds to send ``tokens`` tokens of KV out (PD prefill send-out)."""
-        ...
-
-
-def activation_bytes_per_token_layer(model: ModelSpec) -> float:
-    """Elementwise HBM traffic of one token through one layer, in bytes (assumption).
-
-    bf16 (2 bytes) reads and writes of: ten hidden-width vectors (two RMSNorms, two
-    residual adds, the FP8 quantisation of the GEMM inputs), the attention's q, k and v
-    (``heads × (2 d_qk + d_v)``) and, per FFN, six intermediate-width vectors (gate and
-    up written and read, the activation written and read) for each expert the token
-    visits (``k + shared`` for MoE models, the dense width otherwise). MoE models add the
-    token permutation into the grouped-GEMM contiguous layout and back (DeepGEMM's
-    contiguous layout, as SGLang's EP path uses): per routed copy the fp8 input written
-    and read and the bf16 output written and read, ``k × hidden × 6`` bytes.
-    """
-    ffn = (
-        (model.experts_per_token + model.num_shared_experts) * model.moe_intermediate_size
-        if model.num_experts > 0
-        else model.intermediate_size
-    )
-    heads = model.num_heads * (2 * model.head_dim_qk + model.head_dim_v)
-    permute = 6.0 * model.experts_per_token * model.hidden_size if model.num_experts else 0.0
-    return 2.0 * (10 * model.hidden_size + heads + 6 * ffn) + permute
 
 
 class RooflineCostModel:
@@ -337,10 +186,10 @@ class RooflineCostModel:
             eff_attn = eff.attn
         if kv_bytes_per_token is None:
             kv_bytes_per_token = model.kv_bytes_per_token_bf16
-        _check_fraction("eff_gemm", eff_gemm)
-        _check_fraction("eff_attn", eff_attn)
-        _check_positive("h2d_bandwidth", h2d_bandwidth)
-        _check_positive("kv_transfer_bandwidth", kv_transfer_bandwidth)
+        check_fraction("eff_gemm", eff_gemm)
+        check_fraction("eff_attn", eff_attn)
+        check_positive("h2d_bandwidth", h2d_bandwidth)
+        check_positive("kv_transfer_bandwidth", kv_transfer_bandwidth)
         for name, value in (("per_forward_s", per_forward_s), ("per_request_s", per_request_s)):
             if value < 0.0 or not math.isfinite(value):
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
@@ -392,7 +241,8 @@ class RooflineCostModel:
         )
         self._linear_memo: dict[int, float] = {}
         self._moe_memo: dict[int, float] = {}
-        self._elem_s_per_row = activation_bytes_per_token_layer(m) * m.num_layers / self._mem_bw
+        elem_bytes = activation_bytes_per_token_layer(m, tp)
+        self._elem_s_per_row = elem_bytes * m.num_layers / self._mem_bw
         # Routed experts on the busiest GPU: its local experts (EP: E / ep whole experts;
         # MoE TP: a 1 / num_gpus slice of every expert's width).
         self._ep = layout.ep_size
@@ -582,66 +432,15 @@ class RooflineCostModel:
         return per_gpu / self.h2d_bandwidth
 
     def rank_work(self, batch: Sequence[ReqShape]) -> tuple[list[int], list[int], list[int]]:
-        """Per attention rank: query rows, attention keys and indexer keys of ``batch``.
-
-        One :func:`add_lane_span` per request, two when a sparse model's extend straddles
-        ``index_topk``: rows below the cap attend their causal keys, rows at or above it
-        attend exactly ``index_topk``; the indexer scans every row's causal keys in
-        requests whose context exceeds ``sparse_dense_threshold``.
-        """
-        r = self.layout.cp_size
-        page = self.page_size if r > 1 else 1
-        topk = self._topk
-        threshold = self.model.sparse_dense_threshold
-        if not topk:
-            rows = [0] * r
-            attn = [0] * r
-            for req in batch:
-                p, e = req.prefix_len, req.extend_len
-                if p < 0 or e < 0:
-                    raise ValueError(f"negative ReqShape field: {req}")
-                add_lane_span(rows, attn, p, p + e, page)
-            return rows, attn, [0] * r
-        if len(batch) == 1:  # the common bs = 1 forward: one span, lanes derived from it
-            req = batch[0]
-            p, e = req.prefix_len, req.extend_len
-            end = p + e
-            if e > 0 and (p >= topk or end <= topk):
-                rq = [0] * r
-                kq = [0] * r
-                add_lane_span(rq, kq, p, end, page)
-                attn = [topk * x for x in rq] if p >= topk else kq
-                return rq, attn, (kq if end > threshold else [0] * r)
-        low_rows = [0] * r  # rows below the top-k cap, requests without the indexer
-        low_keys = [0] * r
-        low_rows_i = [0] * r  # rows below the cap, requests with the indexer
-        low_keys_i = [0] * r
-        high_rows = [0] * r  # rows at or above the cap, requests with the indexer
-        high_keys = [0] * r
-        high_rows_n = [0] * r  # rows at or above the cap, without (threshold > topk)
-        for req in batch:
-            p, e = req.prefix_len, req.extend_len
-            if p < 0 or e < 0:
-                raise ValueError(f"negative ReqShape field: {req}")
-            if e == 0:
-                continue
-            end = p + e
-            indexer = end > threshold
-            if p < topk:
-                if indexer:
-                    add_lane_span(low_rows_i, low_keys_i, p, min(end, topk), page)
-                else:
-                    add_lane_span(low_rows, low_keys, p, min(end, topk), page)
-            if end > topk:
-                if indexer:
-                    add_lane_span(high_rows, high_keys, max(p, topk), end, page)
-                else:
-                    add_lane_span(high_rows_n, None, max(p, topk), end, page)
-        lanes = range(r)
-        rows = [low_rows[i] + low_rows_i[i] + high_rows[i] + high_rows_n[i] for i in lanes]
-        attn = [low_keys[i] + low_keys_i[i] + topk * (high_rows[i] + high_rows_n[i]) for i in lanes]
-        idx = [low_keys_i[i] + high_keys[i] for i in lanes]
-        return rows, attn, idx
+        """Per attention rank: query rows, attention keys and indexer keys of ``batch``
+        (:func:`prefillkit.sim.rank_work.rank_work` on this deployment)."""
+        return rank_work(
+            batch,
+            self.layout.cp_size,
+            self.page_size,
+            self._topk,
+            self.model.sparse_dense_threshold,
+        )
 
     # --- CostModel --------------------------------------------------------------------
     def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
@@ -785,103 +584,3 @@ class RooflineCostModel:
             f"layout={self.layout!r}, gemm_dtype={self.gemm_dtype!r}, "
             f"eff_gemm={self.eff_gemm}, eff_attn={self.eff_attn})"
         )
-
-
-def default_cost_model(
-    model_name: str,
-    gpu_name: str,
-    num_gpus: int = 8,
-    kv_bytes_per_token: int | None = None,
-    h2d_gbps: float = DEFAULT_H2D_BANDWIDTH / 1e9,
-    kv_transfer_gbps: float = DEFAULT_KV_TRANSFER_BANDWIDTH / 1e9,
-    *,
-    cp_size: int = 1,
-    ep_size: int = 1,
-    page_size: int = 64,
-    two_batch_overlap: bool = False,
-    shared_kv: bool = True,
-) -> RooflineCostModel:
-    """:class:`RooflineCostModel` for preset names and a layout.
-
-    ``h2d_gbps`` and ``kv_transfer_gbps`` are in GB/s (1e9 *bytes*/s, not Gbit/s).
-    ``kv_bytes_per_token`` defaults to the model's bf16 KV size.
-    """
-    layout = ParallelLayout(
-        num_gpus,
-        cp_size=cp_size,
-        ep_size=ep_size,
-        two_batch_overlap=two_batch_overlap,
-        shared_kv=shared_kv,
-    )
-    return RooflineCostModel(
-        get_model(model_name),
-        get_gpu(gpu_name),
-        num_gpus,
-        layout=layout,
-        page_size=page_size,
-        kv_bytes_per_token=kv_bytes_per_token,
-        h2d_bandwidth=h2d_gbps * 1e9,
-        kv_transfer_bandwidth=kv_transfer_gbps * 1e9,
-    )
-
-
-def cost_model_record(cost: CostModel) -> dict[str, object]:
-    """What timed a run's forwards, for ``summary.json`` (``deployment.cost_model``) and the
-    deployment panel: the model's ``name``, its ``small_gemm`` assumption where it has one,
-    and per breakdown term where the number came from (``provenance()``: measured table,
-    derived table or roofline); a model without ``provenance`` (a fitted preset) gives
-    its class name and no terms."""
-    prov = getattr(cost, "provenance", None)
-    record: dict[str, object] = {
-        "name": str(getattr(cost, "name", type(cost).__name__)),
-        "terms": dict(prov()) if callable(prov) else {},
-    }
-    small = getattr(cost, "small_gemm", None)
-    if isinstance(small, str):
-        record["small_gemm"] = small
-    return record
-
-
-def roofline_for_config(cfg: SimSettings, num_gpus: int) -> RooflineCostModel:
-    """The roofline cost model of the deployment ``cfg`` describes on ``num_gpus`` GPUs.
-
-    CP runs over ``cfg.cp_size`` ranks (shared-KV when the scheduler's
-    ``enable_cp_shared_kv``), the routed experts over ``cfg.ep_size``, attention TP over
-    the rest; the page size, KV bytes, bandwidths, two-batch overlap and the small-GEMM
-    assumption come from ``cfg``. Raises ``KeyError`` for an unknown GPU name.
-    """
-    layout = ParallelLayout(
-        num_gpus,
-        cp_size=cfg.cp_size,
-        ep_size=cfg.ep_size if cfg.ep_size == num_gpus else 1,
-        two_batch_overlap=cfg.enable_two_batch_overlap,
-        shared_kv=cfg.scheduler.enable_cp_shared_kv,
-    )
-    return RooflineCostModel(
-        cfg.model,
-        cfg.gpu_spec(),
-        num_gpus,
-        layout=layout,
-        page_size=cfg.page_size,
-        kv_bytes_per_token=cfg.resolved_kv_bytes_per_token,
-        h2d_bandwidth=cfg.h2d_bandwidth_gbps * 1e9,
-        kv_transfer_bandwidth=cfg.kv_transfer_bandwidth_gbps * 1e9,
-        small_gemm=cfg.small_gemm,
-    )
-
-
-def cost_model_for_config(cfg: SimSettings, num_gpus: int) -> CostModel:
-    """The cost model ``cfg.cost_model`` names for the deployment ``cfg`` describes:
-    :func:`roofline_for_config`, or (``aic``) AIConfigurator's measured tables over it
-    (:mod:`prefillkit.sim.aic_cost`, imported only here). Raises ``KeyError`` for an
-    unknown GPU name, :class:`~prefillkit.sched.config.ConfigError` (one line naming the
-    extra) when the ``aic`` extra is missing."""
-    roofline = roofline_for_config(cfg, num_gpus)
-    if cfg.cost_model != "aic":
-        return roofline
-    from prefillkit.sim.aic_cost import AicCostModel, AicUnavailableError
-
-    try:
-        return AicCostModel(roofline)
-    except AicUnavailableError as exc:
-        raise ConfigError(str(exc)) from None

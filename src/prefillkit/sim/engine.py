@@ -34,8 +34,9 @@ from prefillkit.sched.interface import SchedulerInterface, StepOutput
 from prefillkit.sched.scheduler import Scheduler
 from prefillkit.sim.cached import cached_totals, split_cached
 from prefillkit.sim.collect import RowSink, RunCollector
-from prefillkit.sim.cost import CostModel, ReqShape, cost_model_for_config, cost_model_record
+from prefillkit.sim.cost import CostModel, ReqShape
 from prefillkit.sim.decode_steps import DecodeSteps
+from prefillkit.sim.forward_models import cost_model_for_config, cost_model_record
 from prefillkit.sim.gpus import get_gpu
 from prefillkit.sim.metrics import BatchRecord, BatchTrace, summarize
 from prefillkit.sim.settings import SimSettings

@@ -161,6 +161,23 @@ GPUS: dict[str, GpuSpec] = {
         family="blackwell",
         nvlink_domain=72,
     ),
+    # NVIDIA GB300 NVL72 (Blackwell Ultra; "Inside NVIDIA Blackwell Ultra", NVIDIA
+    # developer blog 2025-08, and the GB300 NVL72 datasheet): per GPU 2.5 PF bf16 / 5 PF
+    # fp8 dense (15 PF dense NVFP4, not modelled), 288 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s
+    # bidirectional in a 72-GPU domain, ConnectX-8 800 Gb/s per GPU, 160 SMs (the full
+    # chip; the count enabled on shipping parts is not published: assumption).
+    "gb300": GpuSpec(
+        name="GB300",
+        peak_flops_bf16=2500 * TERA,
+        peak_flops_fp8=5000 * TERA,
+        hbm_bandwidth=8.0e12,
+        memory_bytes=288 * GIGA,
+        nvlink_bandwidth=900 * GIGA,
+        net_bandwidth=800e9 / 8,
+        num_sms=160,
+        family="blackwell",
+        nvlink_domain=72,
+    ),
     # NVIDIA A100 SXM4 80GB datasheet: 312 TFLOPS bf16 dense, no FP8 tensor cores
     # (fp8 peak := bf16 peak), 2.0 TB/s HBM2e (2,039 GB/s), 80 GB, NVLink 3 600 GB/s
     # bidirectional, 108 SMs; DGX A100 has one 200 Gb/s HDR NIC per GPU.
@@ -186,6 +203,7 @@ _ALIASES: dict[str, str] = {
     "h20-141gb": "h20-141g",
     "b200-sxm": "b200",
     "gb200-nvl72": "gb200",
+    "gb300-nvl72": "gb300",
     "a100-sxm": "a100",
     "a100-80gb": "a100",
     "a100-sxm-80gb": "a100",
