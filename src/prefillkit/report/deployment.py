@@ -94,8 +94,9 @@ def _cost_model_text(cfg: Mapping[str, Any], dep: Mapping[str, Any]) -> str:
         text += f", small GEMMs: {record['small_gemm']}"
     terms = record.get("terms") or {}
     if isinstance(terms, Mapping) and name != "roofline":
-        measured = sorted(k for k, v in terms.items() if not str(v).startswith("roofline"))
-        rest = sorted(k for k, v in terms.items() if str(v).startswith("roofline"))
+        shown = {k: str(v) for k, v in terms.items() if k not in ("total", "decode")}
+        measured = sorted(k for k, v in shown.items() if not v.startswith("roofline"))
+        rest = sorted(k for k, v in shown.items() if v.startswith("roofline"))
         text += f"; measured/derived: {', '.join(measured) or 'none'}"
         text += f"; roofline: {', '.join(rest) or 'none'}"
     return text
@@ -104,9 +105,6 @@ def _cost_model_text(cfg: Mapping[str, Any], dep: Mapping[str, Any]) -> str:
 def _source(label: str, fields: tuple[str, ...], sources: Mapping[str, Any]) -> str:
     if label == "DP":
         return "not modelled (--dp is refused)"
-    if label == "cost model":
-        given = sources.get("cost_model") if sources else None
-        return f"--cost-model: {given}" if given else "prefillkit.sim.cost"
     if not sources:
         return "-"
     seen = [str(sources[f]) for f in fields if f in sources]
