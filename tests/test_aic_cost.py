@@ -226,4 +226,3 @@ def test_glm5_seed_deployment_is_finite() -> None:
     assert aic.provenance()["cp_kv_gather"].startswith("derived")
     assert aic.decode_step_time(16, 100_000) == aic.roofline.decode_step_time(16, 100_000)
     assert aic.kv_transfer_time(1000) == aic.roofline.kv_transfer_time(1000)
-
