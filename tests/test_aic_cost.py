@@ -226,3 +226,60 @@ def test_glm5_seed_deployment_is_finite() -> None:
     assert aic.provenance()["cp_kv_gather"].startswith("derived")
     assert aic.decode_step_time(16, 100_000) == aic.roofline.decode_step_time(16, 100_000)
     assert aic.kv_transfer_time(1000) == aic.roofline.kv_transfer_time(1000)
+
+
+def test_dsa_block_without_cp_is_measured_and_taken_apart(handle: EngineHandle) -> None:
+    # GLM-5 at attention TP 8 on H200: AIC's DSA block table (projections + indexer +
+    # sparse MLA + o_proj) per request, less its projection GEMMs, against the roofline's
+    # attention + indexer of the same request; both terms scaled by that ratio.
+    rf = RooflineCostModel(
+        get_model("glm-5"), get_gpu("h200"), 8, layout=ParallelLayout(8, ep_size=8), page_size=1
+    )
+    aic = AicCostModel(rf)
+    prov = aic.provenance()
+    assert prov["attention"].startswith("measured: sglang 0.5.14 h200_sxm context DSA module")
+    assert prov["indexer"] == prov["attention"]
+    req = ReqShape(0, 4096)
+    dsa = ops.ContextDSAModule(
+        "dsa",
+        78,
+        8,
+        common.KVCacheQuantMode.bfloat16,
+        common.FMHAQuantMode.bfloat16,
+        FP8,
+        architecture="GlmMoeDsaForCausalLM",
+    )
+    (row,) = handle.evaluate_ops_json(build_ops_json([dsa]), is_context=True, batch_size=1, s=4096)
+    assert row[3] == "silicon"
+    # The block's GEMMs: fused q_a + kv_a (2048 + 512 + 64), q_b (64 x 256 / 8), kv_b
+    # (64 x (192 + 256) / 8), o_proj (64 x 256 / 8 -> 6144), the indexer's wq_b (32 x 128),
+    # wk (128) and head weights (32, bf16); 78 layers.
+    gemms = [
+        (2048 + 512 + 64, 6144, FP8),
+        (64 * 256 // 8, 2048, FP8),
+        (64 * 448 // 8, 512, FP8),
+        (6144, 64 * 256 // 8, FP8),
+        (32 * 128, 2048, FP8),
+        (128, 6144, FP8),
+        (32, 6144, BF16),
+    ]
+    proj = sum(
+        _aic_ms(handle, ops.GEMM(f"p{i}", 78, n, k, q), 4096) for i, (n, k, q) in enumerate(gemms)
+    )
+    alone = rf.breakdown([req])
+    scale = (row[1] - proj) / 1e3 / (alone["attention"] + alone["indexer"])
+    assert aic.dsa_scale([req]) == pytest.approx(scale, rel=1e-9)
+    parts = aic.breakdown([req])
+    assert parts["attention"] == pytest.approx(alone["attention"] * scale, rel=1e-9)
+    assert parts["indexer"] == pytest.approx(alone["indexer"] * scale, rel=1e-9)
+    # Under CP AIC only estimates the block: the seed's attention stays on the roofline.
+    seed = AicCostModel(
+        RooflineCostModel(
+            get_model("glm-5"),
+            get_gpu("h20-141g"),
+            8,
+            layout=ParallelLayout(8, cp_size=8, ep_size=8),
+            page_size=64,
+        )
+    )
+    assert seed.provenance()["attention"].startswith("roofline")

@@ -13,6 +13,7 @@ from prefillkit.sim.cost import (
     HOPPER,
     ReqShape,
     RooflineCostModel,
+    sparse_kernel_heads,
 )
 from prefillkit.sim.forward_models import default_cost_model
 from prefillkit.sim.gpus import GPUS, GpuSpec, get_gpu
@@ -131,11 +132,12 @@ def test_dense_model_prefix_costs_attention(llama: RooflineCostModel) -> None:
 
 def test_attention_form_switches_as_sglang_decides(dsv32: RooflineCostModel) -> None:
     # DSA without CP: MHA one-shot while every sequence is <= 2,048 keys, 2 H (d_qk + d_v)
-    # = 2 x 128 x (192 + 128) FLOPs per pair per layer; absorbed MLA above it,
-    # 2 x 128 x (512 + 64 + 512); 61 layers over attention TP 8, bf16 x 0.5 on H800.
+    # = 2 x 128 x (192 + 128) FLOPs per pair per layer over attention TP 8; absorbed MLA
+    # above it, 2 x (512 + 64 + 512) per head, the rank's 16 heads zero-padded to the 64
+    # FlashMLA's sparse kernel needs on Hopper; 61 layers, bf16 x 0.5 on H800.
     rate = 989e12 * 0.5
     mha = 2 * 61 * 128 * (192 + 128) / 8 / rate
-    absorbed = 2 * 61 * 128 * (512 + 64 + 512) / 8 / rate
+    absorbed = 2 * 61 * 64 * (512 + 64 + 512) / rate
     at = [ReqShape(0, 2048)]
     above = [ReqShape(0, 2049)]
     assert dsv32.attention_coefficient(at) == pytest.approx(mha, rel=1e-12)
@@ -145,6 +147,20 @@ def test_attention_form_switches_as_sglang_decides(dsv32: RooflineCostModel) -> 
     assert dsv32.breakdown(at)["indexer"] == 0.0 < dsv32.breakdown(above)["indexer"]
     # One long request makes the whole batch take the absorbed path.
     assert dsv32.attention_coefficient([*at, ReqShape(4096, 16)]) == pytest.approx(absorbed)
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "tp", "heads"),
+    [
+        ("glm-5", "h20-141g", 1, 64),  # the seed: CP 8, attention TP 1: 64 heads, no pad
+        ("glm-5", "b200", 1, 128),  # Blackwell's sparse kernel takes 128 heads
+        ("glm-5", "h200", 8, 64),  # 8 heads run in a 64-head kernel
+        ("deepseek-v3.2", "h800", 1, 128),  # 128 heads: a multiple of 64
+        ("deepseek-v3", "h200", 8, 16),  # dense MLA: no padding
+    ],
+)
+def test_sparse_kernel_heads_pad_to_flashmla(model: str, gpu: str, tp: int, heads: int) -> None:
+    assert sparse_kernel_heads(get_model(model), get_gpu(gpu), tp) == heads
 
 
 def test_dense_mla_form_follows_the_chunked_prefix_threshold() -> None:

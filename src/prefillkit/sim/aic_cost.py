@@ -41,12 +41,15 @@ What is measured (per term, shapes of the busiest rank):
   (twice per layer under pure TP, as the roofline counts it).
 - ``cp_kv_gather``: NCCL all-gather (1-byte elements) of the batch's context KV of one
   layer over the ``cp_size`` lanes, per layer.
+- ``attention`` and ``indexer`` (DSA models without CP): AIC's whole DSA block per
+  request (projections, indexer, top-k, sparse MLA, o_proj) less its projection GEMMs
+  (which ``linear`` counts), as a ratio to the roofline's attention + indexer of that
+  request; both terms are the roofline's scaled by the batch's ratio
+  (:meth:`AicCostModel.dsa_scale`). Under CP AIC only estimates the block.
 
 Not measured (the roofline's value, and :meth:`AicCostModel.provenance` says so):
-``elementwise`` (AIC's elementwise ops are empirical), ``indexer`` and, for DSA/NSA
-sparse models, ``attention`` (AIC's DSA tables time the whole attention module,
-projections and indexer included, per request, which cannot be split into these
-terms), GQA attention (AIC answers ``"mixed"``, not ``"silicon"``), load-back (a host
+``elementwise`` (AIC's elementwise ops are empirical), DSA attention and indexer under
+CP, GQA attention (AIC answers ``"mixed"``, not ``"silicon"``), load-back (a host
 copy), ``per_request`` and ``per_forward``, ``decode_step_time`` and
 ``kv_transfer_time``. Per-lane roofline terms use the roofline's per-key and per-row
 coefficients, read once from its ``breakdown`` of a probe request (its terms are linear
@@ -81,7 +84,10 @@ from typing import Any
 from prefillkit.sched.buffer import ReqShape
 from prefillkit.sim.aic_tables import (
     BACKENDS,
+    DSA_ARCHITECTURES,
+    DSA_BLOCK_GEMMS,
     MOE_DISTRIBUTIONS,
+    Family,
     aic_system_for_gpu,
     gemm_shapes,
     import_aic,
@@ -103,15 +109,6 @@ _ROOFLINE_ONLY: dict[str, str] = {
     "per_forward": "roofline: no table (fixed cost)",
     "total": "sum of the other terms",
 }
-
-
-class _Family:
-    """One op list evaluated as a term: the ops' JSON and each op's scaling kind."""
-
-    def __init__(self, engine: Any, ops: list[Any], kinds: list[str], table: str) -> None:
-        self.json = engine.build_ops_json(ops)
-        self.kinds = kinds
-        self.table = table
 
 
 class AicCostModel:
@@ -137,8 +134,9 @@ class AicCostModel:
         self.fallback_calls: dict[str, int] = {}
         self._aic = import_aic()
         self._prov: dict[str, str] = dict(_ROOFLINE_ONLY)
-        self._families: dict[str, _Family] = {}
+        self._families: dict[str, Family] = {}
         self._src: GpuSpec | None = None
+        self._dsa = False
         self._memo: dict[str, dict[tuple[int, int], float | None]] = {}
         _, self._coef_idx, self._coef_elem = self._calibrate()
         try:
@@ -193,17 +191,45 @@ class AicCostModel:
             gemms.append(ops.GEMM(name, layers, n, k, q))
             kinds.append("fp8" if q == gq.fp8_block else "bf16")
         table = f"gemm ({'fp8_block' if fp8 else 'bfloat16'})"
-        self._families["linear"] = _Family(engine, gemms, kinds, table)
+        self._families["linear"] = Family(engine, gemms, kinds, table)
         if m.attention == "mla" and not m.is_sparse:
             kvq = common.KVCacheQuantMode
             kv = kvq.fp8 if rf.kv_bytes_per_token == m.kv_bytes_per_token_fp8 else kvq.bfloat16
             mla = ops.ContextMLA(
                 "mla", m.num_layers, m.num_heads // lay.attn_tp, kv, common.FMHAQuantMode.bfloat16
             )
-            self._families["attention"] = _Family(engine, [mla], ["bf16"], "context MLA (bf16)")
+            self._families["attention"] = Family(engine, [mla], ["bf16"], "context MLA (bf16)")
+        arch = DSA_ARCHITECTURES.get(m.name)
+        if m.is_sparse and arch is not None and lay.cp_size == 1:
+            self._build_dsa_families(arch, quant)
         if m.num_experts:
             self._build_moe_family()
         self._build_comm_families()
+
+    def _build_dsa_families(self, arch: str, quant: Any) -> None:
+        """DSA models without CP: SGLang's whole DSA attention block per request (AIC's
+        ``ContextDSAModule``: projections, indexer, top-k, sparse MLA, o_proj) and, to
+        take it apart, the block's projection GEMMs (``dsa_proj``). Under CP AIC only
+        estimates the block (its answer is not ``silicon``), so CP stays on the roofline."""
+        ops, common, engine = self._aic["ops"], self._aic["common"], self._aic["engine"]
+        rf, m = self.roofline, self.roofline.model
+        kvq = common.KVCacheQuantMode
+        kv = kvq.fp8 if rf.kv_bytes_per_token == m.kv_bytes_per_token_fp8 else kvq.bfloat16
+        heads = m.num_heads // rf.layout.attn_tp
+        dsa = ops.ContextDSAModule(
+            "dsa", m.num_layers, heads, kv, common.FMHAQuantMode.bfloat16, quant, architecture=arch
+        )
+        self._families["attention"] = Family(engine, [dsa], ["bf16"], "context DSA module")
+        gq = common.GEMMQuantMode
+        proj = [
+            ops.GEMM(name, layers, n, k, quant if fp8_ok else gq.bfloat16)
+            for name, layers, n, k, fp8_ok in gemm_shapes(m, rf.layout.attn_tp)
+            if name in DSA_BLOCK_GEMMS
+        ]
+        kinds = ["fp8" if quant == gq.fp8_block else "bf16"] * len(proj)
+        self._families["dsa_proj"] = Family(engine, proj, kinds, "gemm")
+        self._memo["dsa_proj"] = {}
+        self._dsa = True
 
     def _build_moe_family(self) -> None:
         """Routed experts: under EP, SGLang's large-EP path (DeepEP dispatch, DeepGEMM
@@ -242,11 +268,11 @@ class AicCostModel:
         fused = ops.MoE("moe", m.moe_layers, *args, *par, quant, dist, lay.dp_size)
         candidates.append((fused, f"fused moe ({dist})"))
         for op, table in candidates:
-            fam = _Family(engine, [op], [kind], table)
+            fam = Family(engine, [op], [kind], table)
             if self._measure(fam, PROBE_TOKENS, 0) is not None:
                 self._families["moe_experts"] = fam
                 return
-        self._families["moe_experts"] = _Family(engine, [fused], [kind], f"fused moe ({dist})")
+        self._families["moe_experts"] = Family(engine, [fused], [kind], f"fused moe ({dist})")
 
     def _build_comm_families(self) -> None:
         ops, common = self._aic["ops"], self._aic["common"]
@@ -269,22 +295,22 @@ class AicCostModel:
                 )
                 for phase in ("dispatch", "combine")
             ]
-            self._families["moe_comm"] = _Family(engine, a2a, ["link"] * 2, "moe a2a (deepep_ht)")
+            self._families["moe_comm"] = Family(engine, a2a, ["link"] * 2, "moe a2a (deepep_ht)")
         elif lay.num_gpus > 1 and (lay.cp_size > 1 or lay.dp_size > 1):
             layers = m.moe_layers if m.num_experts else m.num_layers
             coll = [
                 ops.NCCL(op, layers, op, m.hidden_size, lay.num_gpus, half)
                 for op in ("all_gather", "reduce_scatter")
             ]
-            self._families["moe_comm"] = _Family(engine, coll, ["link"] * 2, "nccl")
+            self._families["moe_comm"] = Family(engine, coll, ["link"] * 2, "nccl")
         if lay.attn_tp > 1:
             times = 2 if lay.cp_size == 1 and lay.dp_size == 1 else 1
             ar = ops.CustomAllReduce("ar", times * m.num_layers, m.hidden_size, lay.attn_tp)
-            self._families["tp_comm"] = _Family(engine, [ar], ["link"], "custom all-reduce")
+            self._families["tp_comm"] = Family(engine, [ar], ["link"], "custom all-reduce")
         if lay.cp_size > 1:
             per_layer = round(self.roofline.kv_bytes_per_token / m.num_layers)
             ag = ops.NCCL("kv_ag", m.num_layers, "all_gather", per_layer, lay.cp_size, int8)
-            self._families["cp_kv_gather"] = _Family(engine, [ag], ["link"], "nccl all-gather")
+            self._families["cp_kv_gather"] = Family(engine, [ag], ["link"], "nccl all-gather")
 
     def _probe(self) -> None:
         """Decide each term's provenance once, at a representative forward."""
@@ -298,7 +324,10 @@ class AicCostModel:
             "cp_kv_gather": ("cp_kv_gather", (t, 0)),
         }
         reasons = {
-            "attention": "roofline: no context-MLA table for sparse (DSA) or GQA attention",
+            "attention": (
+                "roofline: no measured table (DSA under CP: AIC only estimates the block; "
+                "GQA: AIC's answer is not silicon)"
+            ),
             "moe_experts": "roofline: dense model (no routed experts)",
         }
         for key, (family, shape) in probes.items():
@@ -313,9 +342,13 @@ class AicCostModel:
                 self._prov[key] = f"roofline: no silicon {fam.table} table for this shape/quant"
             else:
                 self._prov[key] = f"{self._label} {fam.table}"
+        if self._dsa and "attention" in self._families:
+            note = "; minus its projection GEMMs, split by the roofline's attention:indexer"
+            self._prov["attention"] += note
+            self._prov["indexer"] = self._prov["attention"]
 
     # --- evaluation ---------------------------------------------------------------------
-    def _measure(self, fam: _Family, s: int, prefix: int) -> float | None:
+    def _measure(self, fam: Family, s: int, prefix: int) -> float | None:
         """Seconds of ``fam`` at ``s`` tokens after ``prefix`` (None: not measured)."""
         kw = {"is_context": True, "batch_size": 1, "s": s, "prefix": prefix}
         try:
@@ -341,7 +374,7 @@ class AicCostModel:
             return src.peak_flops_fp8 / dst.peak_flops_fp8
         return src.peak_flops_bf16 / dst.peak_flops_bf16
 
-    def _derive(self, fam: _Family, lat: list[float], kw: dict[str, Any]) -> list[float]:
+    def _derive(self, fam: Family, lat: list[float], kw: dict[str, Any]) -> list[float]:
         """Rescale source-GPU times to the target GPU (module docstring)."""
         src, dst = self._src, self.roofline.gpu
         assert src is not None
@@ -417,6 +450,27 @@ class AicCostModel:
         head = (rf.model.head_dim_qk + rf.model.head_dim_v) / _MLA_TABLE_HEAD_DIMS
         return measured / pairs * head * (coef / rf.mha_attention_coefficient)
 
+    def dsa_scale(self, batch: Sequence[ReqShape]) -> float | None:
+        """Measured over modelled attention + indexer of ``batch`` (DSA models, no CP):
+        per request, AIC's DSA block less its projection GEMMs (which ``linear`` counts)
+        against the roofline's attention + indexer of that request alone; None when a
+        request is not measured or the difference is not positive."""
+        measured = modelled = 0.0
+        for req in batch:
+            e, p = req.extend_len, req.prefix_len
+            if e <= 0:
+                continue
+            block = self._value("attention", "attention", (e, p), lambda: -1.0)
+            proj = self._value("attention", "dsa_proj", (e, 0), lambda: -1.0)
+            if block < 0.0 or proj < 0.0:
+                return None
+            alone = self.roofline.breakdown([req])
+            measured += block - proj
+            modelled += alone["attention"] + alone["indexer"]
+        if measured <= 0.0 or modelled <= 0.0:
+            return None
+        return measured / modelled
+
     def moe_expert_time(self, tokens: int) -> float:
         """Busiest GPU's routed experts when the instance runs ``tokens`` tokens (AIC's
         MoE ops take one attention-DP rank's tokens and scale by the DP size)."""
@@ -461,7 +515,7 @@ class AicCostModel:
         return out
 
     def _busiest(
-        self, rows: list[int], keys: list[int], idx: list[int], attn: float
+        self, rows: list[int], keys: list[int], idx: list[int], attn: float, index: float
     ) -> tuple[int, float]:
         best, best_t = 0, -1.0
         seen: dict[tuple[int, int, int], float] = {}
@@ -472,7 +526,7 @@ class AicCostModel:
                 t = seen[sig] = (
                     self.linear_time(lane_rows)
                     + attn * keys[lane]
-                    + self._coef_idx * idx[lane]
+                    + index * idx[lane]
                     + self._coef_elem * lane_rows
                 )
             if t > best_t:
@@ -493,8 +547,15 @@ class AicCostModel:
         if tokens == 0 and loaded == 0:
             return dict.fromkeys(BREAKDOWN_KEYS, 0.0)
         rows, keys, idx = rf.rank_work(batch)
-        attn = self.attention_pair_seconds(batch, rf.attention_coefficient(batch))
-        lane, best_t = self._busiest(rows, keys, idx, attn)
+        coef, index = rf.attention_coefficient(batch), self._coef_idx
+        scale = self.dsa_scale(batch) if self._dsa and "attention" in self._families else None
+        if scale is not None:
+            attn, index = coef * scale, index * scale
+        elif self._dsa:
+            attn = coef
+        else:
+            attn = self.attention_pair_seconds(batch, coef)
+        lane, best_t = self._busiest(rows, keys, idx, attn, index)
         r = rows[lane]
         instance = tokens * rf.layout.dp_size
         experts = self.moe_expert_time(instance)
@@ -511,7 +572,7 @@ class AicCostModel:
         parts = {
             "linear": self.linear_time(r),
             "attention": attn * keys[lane],
-            "indexer": self._coef_idx * idx[lane],
+            "indexer": index * idx[lane],
             "elementwise": self._coef_elem * r,
             "moe_experts": experts,
             "moe_comm_exposed": core - compute,

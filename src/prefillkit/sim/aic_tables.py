@@ -19,10 +19,13 @@ from prefillkit.sim.gpus import GPUS, get_gpu
 __all__ = [
     "AIC_PACKAGE",
     "BACKENDS",
+    "DSA_ARCHITECTURES",
+    "DSA_BLOCK_GEMMS",
     "GPU_SYSTEMS",
     "INSTALL_HINT",
     "MOE_DISTRIBUTIONS",
     "AicUnavailableError",
+    "Family",
     "aic_system_for_gpu",
     "gemm_shapes",
     "import_aic",
@@ -108,3 +111,35 @@ def gemm_shapes(model: ModelSpec, tp: int) -> list[tuple[str, int, int, int, boo
         k = max(g.k // tp, 1) if g.split == "row" else g.k
         out.append((g.name, g.layers, n, k, g.name not in _BF16_GEMMS))
     return out
+
+
+#: prefillkit presets whose DSA block AIC has tables for (its ``DSA_MODEL_DIMS``).
+DSA_ARCHITECTURES: dict[str, str] = {
+    "glm-5": "GlmMoeDsaForCausalLM",
+    "deepseek-v3.2": "DeepseekV32ForCausalLM",
+}
+#: The token-local GEMMs inside AIC's DSA block (its ``ContextDSAModule`` docstring:
+#: kv_a (with the indexer's K), q_b, the indexer's wq_b and weights, the absorption BMMs
+#: in place of kv_b, o_proj); q_a is fused with kv_a in prefillkit's list.
+DSA_BLOCK_GEMMS: frozenset[str] = frozenset(
+    {
+        "fused_qkv_a_proj",
+        "q_proj",
+        "kv_a_proj",
+        "q_b_proj",
+        "kv_b_proj",
+        "o_proj",
+        "indexer_wq_b",
+        "indexer_wk",
+        "indexer_weights",
+    }
+)
+
+
+class Family:
+    """One op list evaluated as a term: the ops' JSON and each op's scaling kind."""
+
+    def __init__(self, engine: Any, ops: list[Any], kinds: list[str], table: str) -> None:
+        self.json = engine.build_ops_json(ops)
+        self.kinds = kinds
+        self.table = table

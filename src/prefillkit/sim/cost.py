@@ -139,6 +139,19 @@ DEFAULT_PER_FORWARD_S: float = 0.003
 DEFAULT_PER_REQUEST_S: float = 0.0001
 
 
+def sparse_kernel_heads(model: ModelSpec, gpu: GpuSpec, attn_tp: int) -> float:
+    """Query heads one rank's absorbed-MLA kernel computes: the rank's ``H / attn_tp``,
+    padded for DSA/NSA sparse models to the multiple FlashMLA's sparse kernels require,
+    64 on Hopper and 128 on Blackwell (SGLang 0.5.23 ``dsa_backend._forward_flashmla_sparse``
+    zero-pads q to it; ``flashmla_kv`` likewise): GLM-5's 64 heads at attention TP 8 run 8
+    heads' work in a 64-head kernel."""
+    local = model.num_heads / attn_tp
+    if not model.is_sparse:
+        return local
+    pad = 128 if gpu.family == "blackwell" else 64
+    return float(math.ceil(local / pad) * pad)
+
+
 class RooflineCostModel:
     """Per-rank roofline + communication cost model; see the module docstring."""
 
@@ -221,7 +234,7 @@ class RooflineCostModel:
         # latent and rope dims, PV over the latent; CHUNKED_PREFIX_CACHE_THRESHOLD's note).
         self._attn_coef = 2.0 * m.num_layers * m.num_heads * (m.head_dim_qk + m.head_dim_v) / tp
         absorbed = 2 * m.kv_lora_rank + m.qk_rope_head_dim
-        self._absorbed_coef = 2.0 * m.num_layers * m.num_heads * absorbed / tp
+        self._absorbed_coef = 2.0 * m.num_layers * sparse_kernel_heads(m, gpu, tp) * absorbed
         self._attn_rate = gpu.peak_flops_bf16 * eff_attn
         self._idx_coef = 2.0 * m.num_layers * m.index_n_heads * m.index_head_dim / tp
         self._idx_rate = gpu.peak_flops_fp8 * eff.indexer
