@@ -148,6 +148,21 @@ class SimSettings:
             return self.kv_bytes_per_token
         return self.model.kv_bytes_per_token(self.resolved_kv_cache_dtype)
 
+    @property
+    def kv_bytes_per_token_per_rank(self) -> float:
+        """KV bytes one GPU holds per token, as SGLang sizes its pool: a GQA model's KV
+        heads are split over the attention-TP ranks, ``max(1, kv_heads // attn_tp)`` heads
+        each (SGLang's ``ModelConfig.get_num_kv_heads``: replicated when there are fewer
+        heads than ranks); MLA keeps the whole latent on every rank (shared-KV CP shards it
+        over the owner lanes instead, :attr:`kv_lanes`)."""
+        full = self.resolved_kv_bytes_per_token
+        m = self.model
+        if m.attention != "gqa" or m.num_kv_heads <= 0:
+            return float(full)
+        attn_tp = max(1, self.tp_size // self.cp_size)
+        local = max(1, m.num_kv_heads // attn_tp)
+        return full * local / m.num_kv_heads
+
     def gpu_spec(self) -> GpuSpec:
         """The GPU preset named by ``gpu`` with the interconnect overrides applied.
 
@@ -167,7 +182,7 @@ class SimSettings:
 
         With ``max_total_tokens`` set: ``max_total_tokens // page_size``. Otherwise per-GPU KV
         bytes = ``device_memory_gb·1e9·mem_fraction_static − weights_bytes_per_gpu``, tokens per
-        GPU = that // ``resolved_kv_bytes_per_token``, pages per lane = tokens // page_size, and
+        GPU = that // :attr:`kv_bytes_per_token_per_rank`, pages per lane = tokens // page_size, and
         the pool has ``kv_lanes`` lanes (CP shared-KV shards the pool over ``cp_size`` GPUs;
         otherwise every GPU holds the full KV). ``device_memory_gb`` defaults to the field.
         """
@@ -189,7 +204,8 @@ class SimSettings:
             raise ConfigError(f"--device-memory-gb: {given:g} GB is not a usable memory size")
         budget = mem_gb * 1e9 * self.mem_fraction_static
         kv_bytes = budget - weights_bytes_per_gpu
-        per_gpu_tokens = int(kv_bytes // self.resolved_kv_bytes_per_token) if kv_bytes > 0 else 0
+        per_rank = self.kv_bytes_per_token_per_rank
+        per_gpu_tokens = int(kv_bytes // per_rank) if kv_bytes > 0 else 0
         pages_per_lane = per_gpu_tokens // page
         if pages_per_lane <= 0:
             raise ConfigError(
@@ -210,7 +226,7 @@ class SimSettings:
         if not self.scheduler.enable_hierarchical_cache:
             return 0
         if self.hicache_size > 0:
-            per_gpu_tokens = int(self.hicache_size * 1e9) // self.resolved_kv_bytes_per_token
+            per_gpu_tokens = int(self.hicache_size * 1e9 // self.kv_bytes_per_token_per_rank)
             return (per_gpu_tokens // self.page_size) * self.kv_lanes
         pages = device_pages * self.hicache_ratio
         if not math.isfinite(pages):
