@@ -292,3 +292,55 @@ def test_compare_variant_with_a_compare_option(capsys: pytest.CaptureFixture[str
     assert code == 2
     line = one_error_line(err)
     assert "--port" not in line and "--rate is an option of compare itself" in line
+
+
+# ------------------------------------------------------------------ SGLang's GPU defaults
+
+
+@pytest.mark.parametrize(
+    ("flags", "chunk", "source"),
+    [
+        (["--gpu", "h200"], 8192, "SGLang default"),  # 134,467 MiB: the 90-160 GiB band
+        (["--gpu", "b200"], 16384, "SGLang default"),  # 171,661 MiB >= 160 GiB
+        (["--gpu", "gb300"], 16384, "SGLang default"),
+        (["--gpu", "h20"], 8192, "SGLang default"),  # 91,553 MiB
+        (["--gpu", "h100", "--device-memory-gb", "40"], 4096, "SGLang default"),  # 38,147 MiB
+        (["--gpu", "b200", "--chunked-prefill-size", "2048"], 2048, "line"),
+    ],
+)
+def test_launch_line_gets_sglangs_gpu_dependent_chunk(
+    flags: list[str], chunk: int, source: str
+) -> None:
+    resolved = build_config(None, ["--model-path", "meta-llama/Llama-3.1-8B-Instruct", *flags])
+    assert resolved.config.chunked_prefill_size == chunk
+    assert resolved.sources["chunked_prefill_size"] == source
+
+
+def test_sglang_chunk_default_bands() -> None:
+    from prefillkit.app.launch import sglang_chunk_default
+
+    mib = 2**20
+    assert [sglang_chunk_default(x * 1024 * mib) for x in (16, 24, 48, 80, 141, 160, 192)] == [
+        2048, 4096, 4096, 8192, 8192, 16384, 16384,
+    ]  # fmt: skip
+
+
+def test_pool_given_for_weights_that_do_not_fit_is_warned(tmp_path: Path) -> None:
+    from tests.test_cli import run_cli
+
+    proc = run_cli(
+        "replay", "--trace", "mooncake-slice", "--max-requests", "5", "-q",
+        "--model", "glm-5", "--tp-size", "1", "--max-total-tokens", "200000",
+        "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "warning: --max-total-tokens sizes the pool, but glm-5's weights (744.0 GB per GPU "
+        "on 1 GPU(s)) do not fit 124.1 GB (141 GB x --mem-fraction-static 0.88)"
+    ) in proc.stderr
+    fits = run_cli(
+        "replay", "--trace", "mooncake-slice", "--max-requests", "5", "-q",
+        "--model", "glm-5", "--tp-size", "8", "--max-total-tokens", "200000",
+        "--out", str(tmp_path / "run8"),
+    )  # fmt: skip
+    assert fits.returncode == 0 and "warning" not in fits.stderr

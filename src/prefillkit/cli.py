@@ -53,6 +53,7 @@ from prefillkit.app.launch import (
     header_lines,
     knob_defaults,
     setting_sources,
+    weights_warning,
 )
 from prefillkit.app.measured import (
     EXECUTORS,
@@ -875,6 +876,11 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     run_flags = RunFlags(params["executor"], params["cost_preset"])
     if run_flags.cost_preset is not None and run_flags.executor != "sim":
         raise InputError("--cost-preset times a simulated run: not with --executor torch")
+    simulated = run_flags.executor == "sim" and run_flags.cost_preset is None
+    warning = weights_warning(cfg) if simulated else None
+    if warning is not None:  # the simulated deployment only: an executor or a fitted preset
+        # times its own model
+        echo_err(warning)
 
     percentiles, slo_ttft_s = _latency_options(params)
     trace_events: str | None = params["trace_events"]

@@ -38,6 +38,7 @@ from prefillkit.app.settings import (
     parse_flags,
     read_config_file,
 )
+from prefillkit.sim.gpus import get_gpu
 from prefillkit.sim.validation import SEED_DEPLOYMENT
 from prefillkit.text import suggest
 
@@ -54,6 +55,7 @@ __all__ = [
     "header_lines",
     "preset_values",
     "setting_sources",
+    "weights_warning",
 ]
 
 #: The deployment ``prefillkit replay`` simulates without launch flags: GLM-5 on 8×H200,
@@ -87,6 +89,71 @@ PRESETS: dict[str, dict[str, object]] = {
 #: SGLang's (TP/CP 1, HiCache off, fcfs, page 1, ...) or a documented prefillkit
 #: deviation (README "Deviations from upstream SGLang").
 SGLANG_DEFAULTS: dict[str, object] = {"mode": "colocated"}
+
+#: SGLang 0.5.23's ``--chunked-prefill-size`` when the line does not give one, by the
+#: GPU's memory in MiB (``arg_groups/memory_hook.py``, ``_handle_gpu_memory_settings``):
+#: (upper bound exclusive, chunk); 16,384 from 160 GiB up (B200, GB200, MI300).
+SGLANG_CHUNK_BY_GPU_MIB: tuple[tuple[float, int], ...] = (
+    (20 * 1024, 2048),
+    (35 * 1024, 4096),
+    (60 * 1024, 4096),
+    (90 * 1024, 8192),
+    (160 * 1024, 8192),
+    (float("inf"), 16384),
+)
+
+
+def sglang_chunk_default(gpu_memory_bytes: float) -> int:
+    """SGLang's default chunk for a GPU of ``gpu_memory_bytes`` (its capacity in MiB, as
+    ``get_device_memory_capacity`` reports it: H200's 141 GB is 134,467 MiB -> 8,192;
+    B200's 180 GB is 171,661 MiB -> 16,384)."""
+    mib = gpu_memory_bytes / 2**20
+    for bound, chunk in SGLANG_CHUNK_BY_GPU_MIB:
+        if mib < bound:
+            return chunk
+    return SGLANG_CHUNK_BY_GPU_MIB[-1][1]  # an infinite size: the run's own check names it
+
+
+def weights_warning(config: Config) -> str | None:
+    """A one-line warning when ``--max-total-tokens`` sizes the pool of a deployment whose
+    weights do not fit its GPUs (SGLang would fail to load the model; the simulator would
+    otherwise replay it without a word), else None."""
+    if config.max_total_tokens is None:
+        return None
+    try:
+        gpu = get_gpu(config.gpu)
+    except KeyError:
+        return None
+    model = config.model_spec
+    memory = config.device_memory_gb * 1e9 if config.device_memory_gb else gpu.memory_bytes
+    per_gpu = model.weight_bytes / config.tp_size
+    budget = memory * config.mem_fraction_static
+    if per_gpu <= budget:
+        return None
+    return (
+        f"warning: --max-total-tokens sizes the pool, but {model.name}'s weights "
+        f"({per_gpu / 1e9:.1f} GB per GPU on {config.tp_size} GPU(s)) do not fit "
+        f"{budget / 1e9:.1f} GB ({memory / 1e9:.0f} GB x --mem-fraction-static "
+        f"{config.mem_fraction_static:g}): SGLang could not load this deployment"
+    )
+
+
+def _sglang_gpu_defaults(given: Mapping[str, object]) -> dict[str, object]:
+    """The defaults SGLang derives from the GPU for a line that does not set them: the
+    chunk size (:func:`sglang_chunk_default`) of the line's GPU (``--device-memory-gb``
+    if given, else the preset's memory); nothing for an unknown GPU (the run's own check
+    names it)."""
+    if "chunked_prefill_size" in given:
+        return {}
+    memory = given.get("device_memory_gb")
+    if isinstance(memory, (int, float)) and memory > 0:
+        return {"chunked_prefill_size": sglang_chunk_default(float(memory) * 1e9)}
+    try:
+        gpu = get_gpu(str(given.get("gpu", "h200")))
+    except KeyError:
+        return {}
+    return {"chunked_prefill_size": sglang_chunk_default(gpu.memory_bytes)}
+
 
 #: The settings that describe the deployment, as an SGLang launch line gives them: one of
 #: these (or an SGLang flag that is accepted and ignored, such as ``--trust-remote-code``)
@@ -235,7 +302,10 @@ def build_config(
     base = (
         deployment_defaults(given, preset_values(name))
         if name is not None
-        else {k: v for k, v in SGLANG_DEFAULTS.items() if k not in given}
+        else {
+            **{k: v for k, v in SGLANG_DEFAULTS.items() if k not in given},
+            **_sglang_gpu_defaults(given),
+        }
     )
     if "model_path" in given or "model_config" in given:
         base.pop("model", None)  # the line's model wins over a preset's

@@ -146,7 +146,9 @@ class Config:
     )
     chunked_prefill_size: int | None = _knob(
         8192,
-        "Chunk budget per prefill batch (rem_chunk_tokens); -1 or none disables chunking.",
+        "Chunk budget per prefill batch (rem_chunk_tokens); -1 or none disables chunking. "
+        "A launch line without it gets SGLang's GPU-dependent default (16384 from 160 GiB "
+        "of GPU memory, 8192 from 60 GiB, less below).",
         "scheduler",
     )
     max_running_requests: int | None = _knob(
