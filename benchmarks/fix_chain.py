@@ -75,24 +75,26 @@ def model_flags(model: str) -> list[str]:
     return ["--cost-model", "aic"] if model == "aic" else ["--small-gemm", model]
 
 
-def baseline_p99(rate: float, model: str, out: Path) -> float:
-    """The TTFT p99 of the FCFS bs = 1 baseline at ``rate`` sessions/s."""
-    cmd = [
+def seed_command(command: str, rate: float, model: str) -> list[str]:
+    """``prefillkit COMMAND`` on the seed workload and deployment under forward ``model``."""
+    return [
         sys.executable,
         "-m",
         "prefillkit",
-        "replay",
+        command,
         "--generator",
         "seed",
         "--agentic-session-rate",
         str(rate),
         *SEED_DEPLOYMENT,
         *model_flags(model),
-        *shlex.split(CHAIN[0][1]),
-        "--out",
-        str(out),
         "--quiet",
     ]
+
+
+def baseline_p99(rate: float, model: str, out: Path) -> float:
+    """The TTFT p99 of the FCFS bs = 1 baseline at ``rate`` sessions/s."""
+    cmd = [*seed_command("replay", rate, model), *shlex.split(CHAIN[0][1]), "--out", str(out)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     doc = json.loads((out / "summary.json").read_text())
     return float(doc["metrics"]["ttft_p99_s"])
@@ -113,20 +115,10 @@ def find_rate(model: str, out: Path, target: float = TARGET_P99_S) -> float:
 
 def run_compare(out: Path, rate: float, jobs: int | None, model: str = "tiles") -> None:
     cmd = [
-        sys.executable,
-        "-m",
-        "prefillkit",
-        "compare",
-        "--generator",
-        "seed",
-        "--agentic-session-rate",
-        str(rate),
-        *SEED_DEPLOYMENT,
-        *model_flags(model),
+        *seed_command("compare", rate, model),
         *[f"--variant={name}:{flags}" for name, flags in CHAIN],
         "--out",
         str(out),
-        "--quiet",
     ]
     if jobs is not None:
         cmd += ["--jobs", str(jobs)]
