@@ -138,6 +138,9 @@ def weights_warning(config: Config) -> str | None:
     )
 
 
+_CONFIG_DEFAULTS: dict[str, object] = {f.name: f.default for f in dataclasses.fields(Config)}
+
+
 def _sglang_gpu_defaults(given: Mapping[str, object]) -> dict[str, object]:
     """The defaults SGLang derives from the GPU for a line that does not set them: the
     chunk size (:func:`sglang_chunk_default`) of the line's GPU (``--device-memory-gb``
@@ -149,7 +152,7 @@ def _sglang_gpu_defaults(given: Mapping[str, object]) -> dict[str, object]:
     if isinstance(memory, (int, float)) and memory > 0:
         return {"chunked_prefill_size": sglang_chunk_default(float(memory) * 1e9)}
     try:
-        gpu = get_gpu(str(given.get("gpu", "h200")))
+        gpu = get_gpu(str(given.get("gpu", _CONFIG_DEFAULTS["gpu"])))
     except KeyError:
         return {}
     return {"chunked_prefill_size": sglang_chunk_default(gpu.memory_bytes)}

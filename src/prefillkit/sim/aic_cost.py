@@ -52,10 +52,10 @@ Not measured (the roofline's value, and :meth:`AicCostModel.provenance` says so)
 CP, GQA attention (AIC answers ``"mixed"``, not ``"silicon"``), load-back (a host
 copy), ``per_request`` and ``per_forward``, ``decode_step_time`` and
 ``kv_transfer_time``. Per-lane roofline terms use the roofline's per-key and per-row
-coefficients, read once from its ``breakdown`` of a probe request (its terms are linear
-in keys and rows).
+coefficients (:attr:`RooflineCostModel.indexer_coefficient`,
+:attr:`RooflineCostModel.elementwise_per_row`).
 
-GPUs: ``h100``/``h200``/``b200``/``gb200``/``a100`` read their own AIC system
+GPUs: ``h100``/``h200``/``b200``/``gb200``/``gb300``/``a100`` read their own AIC system
 (:func:`aic_system_for_gpu`). H20, H20-141G (from ``h200_sxm``) and H800 (from
 ``h100_sxm``) have no tables: each op keeps the source GPU's measured efficiency at its
 shape and is rescaled by the target's peaks, ``t_target = t_src × max(math_t, mem_t) /
@@ -138,7 +138,8 @@ class AicCostModel:
         self._src: GpuSpec | None = None
         self._dsa = False
         self._memo: dict[str, dict[tuple[int, int], float | None]] = {}
-        _, self._coef_idx, self._coef_elem = self._calibrate()
+        self._coef_idx = roofline.indexer_coefficient
+        self._coef_elem = roofline.elementwise_per_row
         try:
             system, source = aic_system_for_gpu(roofline.gpu.name)
         except KeyError:
@@ -162,22 +163,6 @@ class AicCostModel:
         self._probe()
 
     # --- construction -----------------------------------------------------------------
-    def _calibrate(self) -> tuple[float, float, float]:
-        """The roofline's seconds per attention key, indexer key and row of one lane,
-        from its breakdown of one request whose rows split evenly over the lanes."""
-        rf = self.roofline
-        r = rf.layout.cp_size
-        unit = (rf.page_size if r > 1 else 1) * r
-        want = max(PROBE_TOKENS, rf.model.sparse_dense_threshold + 1)
-        probe = [ReqShape(0, unit * -(-want // unit))]
-        rows, keys, idx = rf.rank_work(probe)
-        parts = rf.breakdown(probe)
-        lane = max(range(r), key=lambda i: (keys[i] + idx[i], rows[i]))
-        a = parts["attention"] / keys[lane] if keys[lane] else 0.0
-        b = parts["indexer"] / idx[lane] if idx[lane] else 0.0
-        c = parts["elementwise"] / rows[lane] if rows[lane] else 0.0
-        return a, b, c
-
     def _build_families(self) -> None:
         ops, common = self._aic["ops"], self._aic["common"]
         engine = self._aic["engine"]

@@ -20,14 +20,18 @@ Layout (``num_gpus = attn_tp × cp_size × dp_size``):
 Per prefill forward, for each attention rank ``r`` (query rows ``rows_r``, causal keys
 ``keys_r``; sums over the batch):
 
-- ``linear``: token-local GEMMs (attention projections, indexer projections, shared
-  expert, dense-FFN layers: :attr:`ModelSpec.token_local_params`, the vocabulary matrices
-  excluded) = ``max(2 × params × rows_r / attn_tp / (gemm_peak × eff_gemm(rows_r)),
-  local weight bytes / attn_tp / (hbm × eff_mem))``. ``eff_gemm(m) = eff ×
-  clamp(sqrt(m / 512), 0.05, 1)`` ramps small GEMMs down onto the memory roofline.
-- ``attention``: ``layers × 2 × heads × (d_qk + d_v) × keys_r / attn_tp`` at ``eff_attn``
-  of the bf16 peak. A query at position ``x`` attends ``x + 1`` keys (dense) or
-  ``min(x + 1, index_topk)`` (DSA/NSA sparse models).
+- ``linear``: every token-local GEMM of :func:`~prefillkit.models.token_local_gemms`
+  (attention and indexer projections, shared experts, router, dense-FFN layers; the
+  vocabulary matrices excluded) at ``rows_r`` rows with its attention-TP split, each
+  timed by :class:`~prefillkit.sim.gemm.GemmTimer` under the small-GEMM assumption
+  (``tiles``: tile padding and wave quantisation over the SMs; ``sqrt-h100``; ``ideal``),
+  never below its memory roofline.
+- ``attention``: ``layers × 2 × heads × f × keys_r`` at ``eff_attn`` of the bf16 peak,
+  ``f = d_qk + d_v`` in the MHA form and ``2 kv_lora + rope`` in the absorbed MLA form,
+  picked per batch as SGLang does (:meth:`RooflineCostModel.attention_coefficient`);
+  ``heads`` is the rank's ``H / attn_tp``, padded for DSA models to FlashMLA's sparse
+  kernel (:func:`sparse_kernel_heads`). A query at position ``x`` attends ``x + 1`` keys
+  (dense) or ``min(x + 1, index_topk)`` (DSA/NSA sparse models).
 - ``indexer`` (sparse models, requests whose context exceeds ``sparse_dense_threshold``):
   ``layers × 2 × index_heads × index_head_dim × (x + 1)`` per query at ``eff_indexer`` of
   the fp8 peak: it scans the whole context, so a cached prefix still costs.
@@ -36,10 +40,10 @@ Per prefill forward, for each attention rank ``r`` (query rows ``rows_r``, causa
   are :func:`activation_bytes_per_token_layer` (an assumption stated there).
 
 The forward's compute is ``max_r(rank time)`` plus ``moe_experts``: the busiest GPU's
-routed-expert GEMMs, ``2 × expert_params × pairs`` over the MoE layers with ``pairs =
-T × k / ep_size × moe_imbalance`` (``T`` = extend tokens of the whole instance), its
-expert weights read once (expected coverage ``1 - (1 - k/E)^T``), the same GEMM ramp
-on the tokens per expert.
+routed-expert grouped GEMMs over its local experts, ``T × k / E ×
+moe_imbalance(T)`` rows each on average (``T`` = extend tokens of the whole instance),
+padded per expert to the tile (:meth:`~prefillkit.sim.gemm.GemmTimer.grouped_expert_time`),
+never below reading the local experts' weights.
 
 Communication (per forward, all layers), each on its own link:
 
@@ -83,18 +87,18 @@ elementwise`` of the busiest rank, ``moe_experts``, the exposed communication te
 
 Efficiencies are per GPU **family** (:data:`FAMILY_EFFICIENCIES`), chosen once from
 kernel measurements and never fitted to a throughput figure; ``benchmarks/RESULTS.md``
-("Cost-model validation") compares the model with every published prefill throughput
-we use, including the ones it misses.
+("The forward model meets measured kernels") compares the model with every published
+prefill figure we use, including the ones it misses, and each term with
+AIConfigurator's measured kernels (:mod:`prefillkit.sim.aic_cost`).
 
-NOT modelled: MoE imbalance beyond one factor, kernel tail effects, power throttling,
-the KV write of new tokens (a few MB per layer), PD KV send-out beyond one bandwidth.
+NOT modelled: FP8/FP4 attention, kernel tail effects, power throttling, the KV write of
+new tokens (a few MB per layer), PD KV send-out beyond one bandwidth.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from prefillkit.models import ModelSpec, token_local_gemms
 from prefillkit.sched.buffer import ReqShape
@@ -108,15 +112,10 @@ from prefillkit.sim.efficiency import (
     activation_bytes_per_token_layer as activation_bytes_per_token_layer,
 )
 from prefillkit.sim.efficiency import check_fraction, check_positive
-from prefillkit.sim.gemm import SMALL_GEMM_MODELS, GemmTimer
+from prefillkit.sim.gemm import GemmTimer
 from prefillkit.sim.gpus import GpuSpec
 from prefillkit.sim.rank_work import rank_work
 
-if TYPE_CHECKING:
-    pass
-
-GEMM_SATURATION_TOKENS: int = 512
-GEMM_EFF_FLOOR: float = 0.05  # lowest fraction of eff_gemm (only below ~1.3 tokens)
 # SGLang 0.5.23 runs MLA prefill in the MHA form ("forward_normal", K and V decompressed
 # per key) or the absorbed form (QK over the latent + rope, PV over the latent):
 # DSA/NSA models take MHA only when every sequence of the batch is at most
@@ -188,10 +187,6 @@ class RooflineCostModel:
             gemm_dtype = "fp8" if model.weight_bytes_per_param <= 1.0 else "bf16"
         if gemm_dtype not in ("fp8", "bf16"):
             raise ValueError(f"gemm_dtype must be 'fp8' or 'bf16', got {gemm_dtype!r}")
-        if small_gemm not in SMALL_GEMM_MODELS:
-            raise ValueError(
-                f"small_gemm must be one of {', '.join(SMALL_GEMM_MODELS)}, got {small_gemm!r}"
-            )
         eff = eff or FAMILY_EFFICIENCIES[gpu.family]
         if eff_gemm is None:
             eff_gemm = eff.gemm_fp8 if gemm_dtype == "fp8" else eff.gemm_bf16
@@ -241,7 +236,6 @@ class RooflineCostModel:
         self._topk = m.index_topk if m.is_sparse else 0
         self._mla = m.attention == "mla" and m.kv_lora_rank > 0
         self._gemms = token_local_gemms(m)
-        self._local_flops_per_row = 2.0 * max(m.token_local_params, 0.0) / tp
         act_bytes = 1.0 if gemm_dtype == "fp8" else 2.0
         self._timer = GemmTimer(
             gpu,
@@ -309,20 +303,22 @@ class RooflineCostModel:
         under the small-GEMM assumption (:mod:`prefillkit.sim.gemm`), before the memory
         roofline: ``tiles``: the padding of the rows to the tile; ``sqrt-h100``: the
         0.2 ramp; ``ideal``: the family's efficiency."""
-        if tokens <= 0:
-            return 0.0
-        if self.small_gemm == "tiles":
-            tile = 64 if tokens <= 64 else 128
-            return self.eff_gemm * tokens / (math.ceil(tokens / tile) * tile)
-        if self.small_gemm == "sqrt-h100":
-            ramp = math.sqrt(tokens / GEMM_SATURATION_TOKENS)
-            return self.eff_gemm * min(1.0, max(GEMM_EFF_FLOOR, ramp))
-        return self.eff_gemm
+        return self._timer.efficiency(tokens)
 
     @property
     def mha_attention_coefficient(self) -> float:
         """Seconds per attention (query, key) pair on one rank in the MHA form."""
         return self._a_attn
+
+    @property
+    def indexer_coefficient(self) -> float:
+        """Seconds per indexer (query, key) pair on one rank."""
+        return self._b_idx
+
+    @property
+    def elementwise_per_row(self) -> float:
+        """Elementwise seconds per query row on one rank."""
+        return self._elem_s_per_row
 
     def attention_coefficient(self, batch: Sequence[ReqShape]) -> float:
         """Seconds per attention (query, key) pair on one rank: the absorbed MLA form or
@@ -365,9 +361,11 @@ class RooflineCostModel:
         ``skew``, the family's residual systematic imbalance after EPLB
         (:attr:`Efficiencies.moe_imbalance`, an assumption stated there). 1.0 without EP.
         """
-        if self._ep <= 1 or tokens <= 0:
-            return 1.0 if self._ep <= 1 else self.eff.moe_imbalance
         ep = self._ep
+        if ep <= 1:
+            return 1.0
+        if tokens <= 0:
+            return self.eff.moe_imbalance
         mean = tokens * self.model.experts_per_token / ep
         spread = math.sqrt(2.0 * math.log(ep) * (1.0 - 1.0 / ep) / mean)
         return self.eff.moe_imbalance * (1.0 + spread)

@@ -51,6 +51,11 @@ SQRT_SATURATION_ROWS = 512
 SQRT_FLOOR = 0.05
 
 
+def _sqrt_ramp(m: float) -> float:
+    """prefillkit 0.2's H100 small-GEMM curve: ``clamp(sqrt(m / 512), 0.05, 1)``."""
+    return min(1.0, max(SQRT_FLOOR, math.sqrt(m / SQRT_SATURATION_ROWS)))
+
+
 def expected_row_tiles(mean_rows: float, tile_m: int = TILE_M) -> float:
     """``E[ceil(X / tile_m)]`` for ``X`` ~ Poisson(``mean_rows``) (module docstring)."""
     if mean_rows <= 0.0:
@@ -82,12 +87,27 @@ class GemmTimer:
                 f"small_gemm must be one of {', '.join(SMALL_GEMM_MODELS)}, got {small_gemm!r}"
             )
         self.sms = gpu.num_sms
+        self.peak = peak
         self.rate = peak * eff
         self.sm_rate = self.rate / gpu.num_sms
         self.mem_bw = mem_bw
         self.weight_bytes = weight_bytes
         self.act_bytes = act_bytes
         self.small_gemm = small_gemm
+
+    def efficiency(self, m: float) -> float:
+        """Achieved fraction of the peak for a GEMM over ``m`` rows before the memory
+        roofline: ``tiles``: the rows' share of their padded tiles; ``sqrt-h100``: the
+        ramp; ``ideal``: the large-GEMM efficiency."""
+        if m <= 0:
+            return 0.0
+        eff = self.rate / self.peak
+        if self.small_gemm == "tiles":
+            tile_m = TILE_M_SMALL if m <= TILE_M_SMALL else TILE_M
+            return eff * m / (math.ceil(m / tile_m) * tile_m)
+        if self.small_gemm == "sqrt-h100":
+            return eff * _sqrt_ramp(m)
+        return eff
 
     def memory_time(self, m: float, n: int, k: int) -> float:
         """Activations in, weights in, bf16 out over the achieved HBM bandwidth."""
@@ -104,8 +124,7 @@ class GemmTimer:
             waves = math.ceil(tiles / self.sms)
             compute = waves * 2.0 * tile_m * TILE_N * k / self.sm_rate
         elif self.small_gemm == "sqrt-h100":
-            ramp = min(1.0, max(SQRT_FLOOR, math.sqrt(m / SQRT_SATURATION_ROWS)))
-            compute = 2.0 * m * n * k / (self.rate * ramp)
+            compute = 2.0 * m * n * k / (self.rate * _sqrt_ramp(m))
         else:
             compute = 2.0 * m * n * k / self.rate
         return max(compute, mem)
@@ -146,8 +165,7 @@ class GemmTimer:
                 waves = math.ceil(tiles / self.sms - 1e-9)
                 compute += waves * 2.0 * TILE_M * TILE_N * k / self.sm_rate
         elif self.small_gemm == "sqrt-h100":
-            ramp = min(1.0, max(SQRT_FLOOR, math.sqrt(mean_rows / SQRT_SATURATION_ROWS)))
-            compute = flops_per_row * rows / (self.rate * ramp)
+            compute = flops_per_row * rows / (self.rate * _sqrt_ramp(mean_rows))
         else:
             compute = flops_per_row * rows / self.rate
         return layers * max(compute, memory)

@@ -101,9 +101,9 @@ LONG_PROMPT_AND_OTHER_ROWS: tuple[PublishedFigure, ...] = (
             "tensor-parallel (no --ep / DeepEP in the launch examples) assumed."
         ),
         notes=(
-            "Rounded figure ('~48.5s'). The deepseek-v3 preset fits (V3.1 has V3's "
-            "architecture), but the HF id deepseek-ai/DeepSeek-V3.1 is not in the preset "
-            "alias table. PP4 TP8 on four 96 GB nodes gives ~15.5 s (same paragraph)."
+            "Rounded figure ('~48.5s'). The deepseek-v3 preset (V3.1 has V3's "
+            "architecture; --model-path deepseek-ai/DeepSeek-V3.1 selects it). PP4 TP8 on "
+            "four 96 GB nodes gives ~15.5 s (same paragraph)."
         ),
         engine="SGLang >= v0.5.7 (the blog's stated requirement)",
     ),
@@ -139,8 +139,8 @@ LONG_PROMPT_AND_OTHER_ROWS: tuple[PublishedFigure, ...] = (
             "default) and MoE tensor-parallel assumed."
         ),
         notes=(
-            "No prefillkit preset for Qwen3-235B-A22B (HF id given; the report lists the "
-            "config values a preset needs). Rounded figure ('~55.5s')."
+            "The qwen3-235b-a22b preset (Qwen/Qwen3-235B-A22B-FP8 config.json). Rounded "
+            "figure ('~55.5s')."
         ),
         engine="SGLang >= v0.5.7 (the blog's stated requirement)",
     ),
@@ -177,7 +177,7 @@ LONG_PROMPT_AND_OTHER_ROWS: tuple[PublishedFigure, ...] = (
         ),
         notes=(
             "Pipeline-parallel row: num_gpus = tp 4 x pp 8. The blog's prose gives ~10.5 s "
-            "for the same point (81.1 % below PP1). No Qwen3 preset (see the PP1 row)."
+            "for the same point (81.1 % below PP1). Not modelled: no pipeline parallelism."
         ),
         pp_size=8,
         engine="SGLang >= v0.5.7 (the blog's stated requirement)",
@@ -220,8 +220,9 @@ LONG_PROMPT_AND_OTHER_ROWS: tuple[PublishedFigure, ...] = (
             "No dual-batch overlap assumed (not mentioned)."
         ),
         notes=(
-            "No gb300 GPU preset (the report lists its datasheet values). The deepseek-v3 "
-            "preset is FP8 (1 byte/param); NVFP4 weights are ~0.5625 byte/param. Figure "
+            "The gb300 GPU preset (datasheet values; NVFP4 peak not modelled). The "
+            "deepseek-v3 preset is FP8 (1 byte/param); NVFP4 weights are ~0.5625 byte/param. "
+            "Figure "
             "is the peak of a concurrency sweep ('throughput ceiling')."
         ),
         engine="vLLM v0.14.1, CUDA 13.0 (stated)",
@@ -265,8 +266,8 @@ LONG_PROMPT_AND_OTHER_ROWS: tuple[PublishedFigure, ...] = (
             "The blog contradicts itself: the summary and 'FP8 vs. FP4' say TP2, 'DeepSeek "
             "V3.2 - Still Way To Go' says 'DeepSeek V3.2 in EP2 ... ~7360 TGS'; TP2 kept "
             "(stated twice, with the recipe). The same section: 'the kernel execution time "
-            "for a single DSA layer step is 2.7x that of MLA', R1's prefill ~3x V3.2's. No "
-            "gb300 GPU preset; the deepseek-v3.2 preset is FP8 (1 byte/param)."
+            "for a single DSA layer step is 2.7x that of MLA', R1's prefill ~3x V3.2's. The "
+            "deepseek-v3.2 preset is FP8 (1 byte/param)."
         ),
         engine="vLLM v0.14.1, CUDA 13.0 (stated)",
     ),
@@ -309,8 +310,8 @@ LONG_PROMPT_AND_OTHER_ROWS: tuple[PublishedFigure, ...] = (
             "(fp8 GEMM, bf16 attention and KV) assumed."
         ),
         notes=(
-            "No prefillkit preset for Kimi K2 (HF id given; the report lists the config "
-            "values a preset needs). 56k/node = 224k / 4 nodes, rounded."
+            "The kimi-k2 preset (moonshotai/Kimi-K2-Instruct config.json). 56k/node = "
+            "224k / 4 nodes, rounded."
         ),
         engine="SGLang (lmsysorg/sglang:dev image, July 2025)",
     ),
