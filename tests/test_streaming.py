@@ -81,8 +81,11 @@ def test_lazy_generators_give_the_eager_records() -> None:
         assert list(iter_replay_records(recs, opts)) == replay_records(recs, opts)
 
 
-def test_a_stopped_streaming_run_counts_requests_not_yet_arrived() -> None:
-    cfg = Config(tp_size=8)
+@pytest.mark.parametrize("open_loop", [True, False])
+def test_a_stopped_streaming_run_counts_requests_not_yet_arrived(open_loop: bool) -> None:
+    """Open-loop every request has an arrival time, so a stopped run counts those not yet
+    arrived; closed-loop, later turns not yet sent have none: the first turns count."""
+    cfg = Config(tp_size=8, open_loop=open_loop)
     spec = _spec(num_sessions=8)
     stream = open_workload(spec, page_size=cfg.resolved_page_size, seed=0)
     listed = load_requests(spec, page_size=cfg.resolved_page_size, seed=0)
@@ -97,7 +100,12 @@ def test_a_stopped_streaming_run_counts_requests_not_yet_arrived() -> None:
     engine.on_progress = stop
     res = engine.run()
     assert res.partial
-    assert res.summary["requests"] == len(listed.requests)
+    if open_loop:
+        assert res.summary["requests"] == len(listed.requests)
+    else:
+        assert engine.arrived < len(listed.requests)
+        first_turns_not_arrived = 8 - engine.sessions.sessions
+        assert res.summary["requests"] == engine.arrived + first_turns_not_arrived
 
 
 def test_a_bad_row_mid_trace_stops_the_streaming_replay_and_writes_nothing(

@@ -72,6 +72,7 @@ from prefillkit.app.replay import (
     make_replay_options,
     open_workload,
     run_replay,
+    with_stated_decode_rate,
     write_trace_jsonl,
 )
 from prefillkit.app.settings import (
@@ -857,10 +858,10 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
         resolved = build_config(params["config_path"], ctx.args, preset=params["preset"])
     except ConfigError as exc:
         raise ConfigError(_unknown_flag_message(exc, ctx.command)) from None
-    cfg = resolved.config
     if resolved.ignored:
         echo_err(f"ignored SGLang flags: {' '.join(dict.fromkeys(resolved.ignored))}")
     spec = _workload_spec(ctx, params, resolved.file)
+    cfg = with_stated_decode_rate(resolved.config, spec)
     quiet: bool = params["quiet"]
 
     out: str | None = params["out"]
@@ -1197,7 +1198,10 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
                     "every variant (a variant takes config flags only); give it outside "
                     "--variant"
                 )
-    prepared = prepare_variants(variants, shared_file, shared_flags, preset=params["preset"])
+    prepared = [
+        dataclasses.replace(pv, config=with_stated_decode_rate(pv.config, spec))
+        for pv in prepare_variants(variants, shared_file, shared_flags, preset=params["preset"])
+    ]
     for pv in prepared:
         if pv.ignored:
             echo_err(

@@ -22,7 +22,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import xxhash
 
@@ -101,6 +101,31 @@ IN_BATCH_HEAD = "in_batch_head"
 """``Request.extra`` key of a prompt's in-batch head: :func:`in_batch_head_from_tokens`
 or :func:`in_batch_head_from_blocks` of its first 32 tokens (absent: shorter prompt).
 Set by :meth:`Request.from_tokens` and :meth:`Request.from_block_hashes`."""
+
+
+class SessionTurn(NamedTuple):
+    """Where a request sits in an agent session (a workload's, not the scheduler's).
+
+    ``turn`` counts from 0 within ``session_id``; ``think_s`` is the time the agent
+    spends between the previous turn's answer and this turn (0 for a first turn);
+    ``last``: no later turn of the session follows (None: not known). A closed-loop
+    replay sends turn ``k + 1`` only once turn ``k`` has answered (prefillkit.sim.sessions).
+    """
+
+    session_id: str
+    turn: int
+    think_s: float
+    last: bool | None
+
+
+SESSION = "session"
+"""``Request.extra`` key of the request's :class:`SessionTurn` (absent: no session)."""
+
+
+def session_of(req: Request) -> SessionTurn | None:
+    """The request's :class:`SessionTurn`, or None."""
+    turn = req.extra.get(SESSION)
+    return turn if isinstance(turn, SessionTurn) else None
 
 
 def in_batch_head_from_tokens(tokens: Sequence[int]) -> int | None:

@@ -361,6 +361,19 @@ class Config:
         "small-GEMM loss).",
         "deployment",
     )
+    open_loop: bool = _knob(
+        False,
+        "Send every turn of an agent session at its trace time (open-loop) instead of "
+        "after the previous turn's answer + think time (closed-loop, the default).",
+        "deployment",
+    )
+    session_decode_tokens_per_s: float | None = _knob(
+        None,
+        "Decode speed that times a session turn's answer from its first token; unset = "
+        "the simulated decode (colocated) or this deployment's batch-1 decode step "
+        "(pd-prefill). A stated --agentic-decode-tokens-per-s sets it too.",
+        "deployment",
+    )
     seed: int = _knob(0, "Random seed.", "deployment")
     debug_check_invariants: bool = _knob(
         False, "Check scheduler/cache invariants after every step (slow).", "deployment"

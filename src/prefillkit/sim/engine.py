@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prefillkit.request import ReqStatus, Request
+from prefillkit.request import SESSION, ReqStatus, Request
 from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
 from prefillkit.sched.interface import SchedulerInterface, StepOutput
 from prefillkit.sched.scheduler import Scheduler
@@ -39,6 +39,7 @@ from prefillkit.sim.decode_steps import DecodeSteps
 from prefillkit.sim.forward_models import cost_model_for_config, cost_model_record
 from prefillkit.sim.gpus import get_gpu
 from prefillkit.sim.metrics import BatchRecord, BatchTrace, summarize
+from prefillkit.sim.sessions import SessionGate
 from prefillkit.sim.settings import SimSettings
 from prefillkit.sim.slo import DEFAULT_PERCENTILES, latency_metrics
 from prefillkit.sim.steady import (
@@ -188,7 +189,7 @@ class Engine:
                 head.append(req)
                 if req.keys or len(head) >= KEY_UNIT_LOOKAHEAD:
                     break
-            self._arrivals: Iterator[Request] = itertools.chain(head, it)
+            source: Iterator[Request] = itertools.chain(head, it)
             self.requests: list[Request] = []
             self.total = total
         else:
@@ -199,8 +200,11 @@ class Engine:
                 raise SimConfigError(f"--window-s: {e}") from None
             head = requests
             self.requests = requests
-            self._arrivals = iter(sorted(requests, key=lambda r: r.arrival_time))
+            source = iter(sorted(requests, key=lambda r: r.arrival_time))
             self.total = len(requests)
+        # Session turns arrive closed-loop unless cfg.open_loop (sim/sessions.py).
+        self.sessions = SessionGate(source, closed_loop=not cfg.open_loop)
+        self._arrivals: Iterator[Request] = self.sessions
         self.cfg = cfg
         self.dep = deployment or resolve_deployment(cfg, head)
         model = cfg.model_spec
@@ -263,6 +267,13 @@ class Engine:
             )
         self._first_arrival: float | None = None
         self._window_limit = math.inf
+        # A list run's requests as they arrived (closed-loop turns arrive out of the
+        # list's order; the result lists them as a streaming run writes them).
+        self._arrival_order: list[Request] = []
+        # When a session turn has answered (sim/sessions.py): at its simulated finish (a
+        # colocated run without a stated rate), else at its first token + _decode_time.
+        self._answer_rate = cfg.session_decode_tokens_per_s
+        self._answer_at_finish = self.colocated and self._answer_rate is None
 
     def _push(self, t: float, kind: int, payload: Any) -> None:
         self._seq += 1
@@ -309,7 +320,7 @@ class Engine:
             collector.close(partial, self.now)
             if nxt is not None:  # a stopped run: the rest still counts in the summary
                 try:
-                    collector.drain(itertools.chain((nxt,), self._arrivals))
+                    collector.drain(itertools.chain((nxt,), self.sessions.drain()))
                 except ValueError as e:
                     raise SimConfigError(str(e)) from None
             summary = collector.summary(
@@ -322,6 +333,8 @@ class Engine:
             )
             classes: dict[str, str] = {}
         else:
+            if self.sessions.sessions:
+                self.requests = self._in_arrival_order()
             summary = summarize(self.requests, self.batches, counters=counters, sim_end_s=self.now)
             summary.update(report_metrics(self))
             classes = self.trace.cache_classes(self.cfg.scheduler.affinity_warm_floor_tokens)
@@ -334,6 +347,7 @@ class Engine:
                     sim_end_s=self.now,
                 )
             )
+        summary.update(self._session_metrics())
         summary["wall_time_s"] = wallclock.perf_counter() - t0
         dep = self.dep.as_dict()
         dep["kv_pool_tokens"] = self.dep.total_pages * self.cfg.page_size
@@ -388,6 +402,8 @@ class Engine:
 
     def _arrive(self, req: Request) -> None:
         self.arrived += 1
+        if not self.streaming:
+            self._arrival_order.append(req)
         collector = self.collector
         if collector is not None:
             if req.keys and req.key_tokens != self.dep.key_tokens:
@@ -408,8 +424,11 @@ class Engine:
             if self.sched.add_request(req) is not None:
                 self.finished += 1
                 collector.done(req)
+                self._answered(req, self.now)  # rejected: the agent gets an error now
         elif self.sched.add_request(req) is not None:
             self.finished += 1
+            self._answered(req, self.now)
+        self.sessions.arrived(req)
 
     def _busy_intervals(self) -> tuple[np.ndarray, np.ndarray]:
         """Executor busy intervals ``(starts, durations)``, sorted by start."""
@@ -451,9 +470,11 @@ class Engine:
             else:
                 finished, retracted = self.sched.decode_step(self.now)
                 self.finished += len(finished)
-                if self.collector is not None:
-                    for req in finished:
+                for req in finished:
+                    if self.collector is not None:
                         self.collector.done(req)
+                    if self._answer_at_finish:
+                        self._answered(req, self.now)
                 self._rejected_on_requeue(retracted)
         elif kind == TRANSFER_DONE:
             self.sched.finish(payload, self.now)
@@ -463,6 +484,51 @@ class Engine:
         elif kind == ARRIVAL:
             self._arrive(payload)
 
+    # ------------------------------------------------------------------ sessions
+    def _in_arrival_order(self) -> list[Request]:
+        """The list run's requests in arrival order, those that never arrived after."""
+        arrived = {id(r) for r in self._arrival_order}
+        return self._arrival_order + [r for r in self.requests if id(r) not in arrived]
+
+    def _session_metrics(self) -> dict[str, Any]:
+        """The summary's session counts (nothing for a workload without sessions)."""
+        gate = self.sessions
+        if not gate.sessions:
+            return {}
+        if self._answer_rate is not None:
+            answer = f"first token + output at {self._answer_rate:g} tokens/s"
+        elif self._answer_at_finish:
+            answer = "simulated decode finish"
+        else:
+            answer = "first token + output at the batch-1 decode step"
+        return {
+            "session_loop": "closed" if gate.closed_loop else "open",
+            "session_answer": answer,
+            "sessions": gate.sessions,
+            "later_turns": gate.later_turns,
+            "early_turns": gate.early_turns,
+        }
+
+    def _answered(self, req: Request, t: float) -> None:
+        """``req``'s answer is complete at ``t``: a closed-loop session's next turn is
+        scheduled to arrive (sim/sessions.py)."""
+        succ = self.sessions.answered(req, t)
+        if succ is not None:
+            self._push(succ.arrival_time, ARRIVAL, succ)
+
+    def _decode_time(self, req: Request) -> float:
+        """Seconds from ``req``'s first token to its last: its other output tokens at
+        the stated rate (``session_decode_tokens_per_s``), else at this deployment's
+        decode step for one request (ASSUMPTION: a pd-prefill run does not simulate its
+        decode instance; one stream on these GPUs stands for it)."""
+        tokens = max(req.max_new_tokens - 1, 0)
+        if self._answer_rate is not None:
+            return tokens / self._answer_rate
+        if tokens == 0:
+            return 0.0
+        ctx = req.input_len + req.max_new_tokens // 2
+        return tokens * self.cost.decode_step_time(1, ctx)
+
     def _rejected_on_requeue(self, requeued: Sequence[Request]) -> None:
         """Count the requeued requests the scheduler rejected (they can never fit again)."""
         for req in requeued:
@@ -470,6 +536,7 @@ class Engine:
                 self.finished += 1
                 if self.collector is not None:
                     self.collector.done(req)
+                self._answered(req, self.now)
 
     def _start_work(self) -> None:
         sched = self.sched
@@ -512,12 +579,16 @@ class Engine:
     def _prefill_done(self, step: StepOutput) -> None:
         done = self.sched.forward_done(step, self.now)
         for req in done:
+            if not self._answer_at_finish and SESSION in req.extra:
+                self._answered(req, self.now + self._decode_time(req))
             if self.colocated:
                 if req.output_len >= req.max_new_tokens:
                     self.sched.finish(req, self.now)
                     self.finished += 1
                     if self.collector is not None:
                         self.collector.done(req)
+                    if self._answer_at_finish:
+                        self._answered(req, self.now)
                 else:
                     self.sched.start_decode(req)
             else:

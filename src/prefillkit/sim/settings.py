@@ -78,6 +78,10 @@ class SimSettings:
     # Forward-time model.
     cost_model: str = "roofline"
     small_gemm: str = "tiles"
+    # Agent sessions (sim/sessions.py): open-loop sends every turn at its trace time;
+    # the answer rate times a turn's answer from its first token (None: see engine.py).
+    open_loop: bool = False
+    session_decode_tokens_per_s: float | None = None
     debug_check_invariants: bool = False
 
     def __post_init__(self) -> None:
@@ -96,6 +100,7 @@ class SimSettings:
         if self.ep_size not in (1, self.tp_size):
             fail("ep_size", f"must be 1 or --tp-size {self.tp_size}, got {self.ep_size}")
         check_positive("h2d_bandwidth_gbps", self.h2d_bandwidth_gbps)
+        check_positive("session_decode_tokens_per_s", self.session_decode_tokens_per_s)
         check_choice("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         check_choice("mode", self.mode, MODES)
         check_choice("cost_model", self.cost_model, COST_MODELS)

@@ -23,6 +23,7 @@ from itertools import count
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from prefillkit.request import SessionTurn
 from prefillkit.text import lazy_module
 from prefillkit.workloads.record import TraceRecord
 
@@ -103,8 +104,9 @@ def iter_generated_shared_prefix(
     With ``num_turns > 1`` each conversation has that many turns: turn ``k``'s prompt is
     the system prompt, then each earlier question followed by a random-token stand-in for
     its answer (``output_len`` tokens), then question ``k``. All turns of a conversation
-    carry its arrival time (listed in turn order); a replayer that needs turn ``k`` to
-    wait for turn ``k - 1`` has to enforce that itself.
+    carry its arrival time (listed in turn order) and a :class:`SessionTurn` (no think
+    time): a closed-loop replay sends turn ``k`` once turn ``k - 1`` has answered, as
+    ``bench_serving`` does; an open-loop one sends them all at once.
 
     Defaults: 1,024 requests of 2,176 tokens, 64 distinct system prompts.
     """
@@ -221,6 +223,9 @@ def _gsp_stream(
                 hash_ids=None,
                 block_size=None,
                 tokens=tokens,
+                session=(
+                    None if num_turns == 1 else SessionTurn(rid, turn, 0.0, turn + 1 == num_turns)
+                ),
             )
             if turn + 1 < num_turns:  # the answer becomes part of the next prompt
                 parts.append(rng.integers(0, vocab_size, size=outs[turn]))
@@ -344,11 +349,12 @@ def _session(
     ctx_len, sys_ids = system
     ctx_ids = list(sys_ids)  # ids of the context's complete blocks (prompt + outputs)
     t = start
+    think = 0.0
     new_tokens = ri(p.first_user)
-    out_records: list[TraceRecord] = []
-    for k in range(n_turns):
+    turns: list[tuple[float, int, int, tuple[int, ...], float]] = []
+    for _ in range(n_turns):
         prompt_len = ctx_len + new_tokens
-        if k > 0 and p.max_prompt_len is not None and prompt_len > p.max_prompt_len:
+        if turns and p.max_prompt_len is not None and prompt_len > p.max_prompt_len:
             break  # the context window is full: the session ends here
         n_full = prompt_len // bs
         while len(ctx_ids) < n_full:
@@ -357,24 +363,29 @@ def _session(
         if prompt_len % bs:
             hash_ids = [*hash_ids, next(fresh)]  # partial tail: new content
         out = ri(p.output)
-        out_records.append(
-            TraceRecord(
-                rid=f"agent-s{s}-t{k}",
-                arrival_s=float(t),
-                input_len=prompt_len,
-                output_len=out,
-                hash_ids=tuple(hash_ids),
-                block_size=bs,
-                tokens=None,
-            )
-        )
+        turns.append((t, prompt_len, out, tuple(hash_ids), think))
         # The output joins the context; the next turn appends more.
         ctx_len = prompt_len + out
         while len(ctx_ids) < ctx_len // bs:
             ctx_ids.append(next(fresh))
         service = new_tokens / p.prefill_tokens_per_s + out / p.decode_tokens_per_s
-        t += service + float(rng.uniform(p.think[0], p.think[1]))
+        think = float(rng.uniform(p.think[0], p.think[1]))
+        t += service + think
         new_tokens = ri(p.append)
+    sid = f"agent-s{s}"
+    out_records = [
+        TraceRecord(
+            rid=f"{sid}-t{k}",
+            arrival_s=float(at),
+            input_len=prompt_len,
+            output_len=out,
+            hash_ids=hash_ids,
+            block_size=bs,
+            tokens=None,
+            session=SessionTurn(sid, k, think_k, k + 1 == len(turns)),
+        )
+        for k, (at, prompt_len, out, hash_ids, think_k) in enumerate(turns)
+    ]
     return out_records
 
 
@@ -419,9 +430,13 @@ def iter_multi_turn_agentic(
     ``turns_per_session`` is then an upper bound. Integer ranges are inclusive and drawn
     uniformly.
 
-    Turn ``k + 1`` arrives at turn ``k``'s arrival + a nominal service time
-    (``new prompt tokens / prefill_tokens_per_s + output / decode_tokens_per_s``) + a think
-    time drawn from ``think_time_s``.
+    Each record carries a :class:`~prefillkit.request.SessionTurn` (session ``agent-s<s>``,
+    the turn, its think time drawn from ``think_time_s``, whether it is the last). Its
+    ``arrival_s`` is the open-loop schedule: turn ``k + 1`` at turn ``k``'s arrival + a
+    nominal service time (``new prompt tokens / prefill_tokens_per_s + output /
+    decode_tokens_per_s``) + its think time. A closed-loop replay (the default) keeps only
+    the first turns' times and sends turn ``k + 1`` at turn ``k``'s answer + its think
+    time (prefillkit.sim.sessions).
 
     Prompts are described by chain-consistent block hash ids (``block_size`` tokens per
     block): every new block content gets a fresh integer; a session's turn reuses the ids

@@ -15,7 +15,17 @@ field          type           required  meaning
 ``priority``   integer        no        scheduling priority (default 0)
 ``ignore_eos`` boolean        no        generate exactly ``output_len`` tokens, as
                                         upstream's ``ignore_eos`` (default false)
+``session_id`` string         no        the agent session this row is a turn of
+``turn``       integer >= 0   with      the turn's number in its session, from 0;
+                              session   a session's turns in file order, none missing
+``think_s``    number >= 0    no        seconds between the previous turn's answer and
+                                        this turn (default 0)
 ============== ============== ========= ===============================================
+
+Rows with session fields replay closed-loop by default: a session's first turn arrives at
+its ``arrival_s``, each later turn at its predecessor's answer + ``think_s`` (its
+``arrival_s`` is then only the open-loop schedule, used with ``--open-loop``; see
+``prefillkit.sim.sessions``).
 
 and the prompt, given in exactly one of these forms:
 
@@ -53,11 +63,13 @@ from typing import IO, Any
 
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.record import TraceRecord
+from prefillkit.workloads.sessions import SessionCheck, file_has_sessions, parse_session
 
 __all__ = [
     "RowError",
     "iter_jsonl",
     "record_to_json",
+    "scan_last_turns",
     "stream_records",
     "write_jsonl",
 ]
@@ -107,6 +119,7 @@ def stream_records(
     parse_line: Callable[[int, str], TraceRecord | None],
     *,
     skipped: SkipList | None = None,
+    on_accept: Callable[[TraceRecord], None] | None = None,
 ) -> Iterator[TraceRecord]:
     """Read ``path`` line by line and yield the records ``parse_line`` makes.
 
@@ -115,7 +128,8 @@ def stream_records(
     Rows whose arrival is earlier than the previous good row's are bad. With ``skipped``
     None the first bad row raises ``WorkloadError``; otherwise ``(line, reason)`` is
     appended to ``skipped`` and reading goes on. A file with no good row raises
-    ``WorkloadError(path, None, "no requests ...")`` once it is exhausted.
+    ``WorkloadError(path, None, "no requests ...")`` once it is exhausted. ``on_accept``
+    sees each good record before it is yielded (a bad row never reaches it).
     """
     n_good = 0
     n_bad = 0
@@ -143,6 +157,8 @@ def stream_records(
                 continue
             prev = rec.arrival_s
             n_good += 1
+            if on_accept is not None:
+                on_accept(rec)
             yield rec
     if n_good == 0:
         more = f" ({n_bad} bad rows skipped)" if n_bad else ""
@@ -315,7 +331,9 @@ def check_hash_len(hash_ids: tuple[int, ...], input_len: int, block_size: int) -
 # --------------------------------------------------------------------------- own format
 
 
-def _parse_own(lineno: int, text: str, seen: set[str]) -> TraceRecord | None:
+def _parse_own(
+    lineno: int, text: str, seen: set[str], sessions: SessionCheck
+) -> TraceRecord | None:
     obj = parse_json_object(text)
     if obj is None:
         return None
@@ -362,6 +380,10 @@ def _parse_own(lineno: int, text: str, seen: set[str]) -> TraceRecord | None:
                 "'input_len', or 'input_len'"
             )
         input_len = get_int(obj, "input_len", min_value=1)
+    session = parse_session(obj, RowError)
+    if session is not None:
+        sessions.check(session, RowError)
+        session = sessions.mark(session)
     seen.add(rid)
     return TraceRecord(
         rid=rid,
@@ -373,13 +395,44 @@ def _parse_own(lineno: int, text: str, seen: set[str]) -> TraceRecord | None:
         tokens=tokens,
         priority=priority,
         ignore_eos=ignore_eos,
+        session=session,
     )
 
 
 def iter_jsonl(path: PathLike, *, skipped: SkipList | None = None) -> Iterator[TraceRecord]:
-    """Stream records from a file in prefillkit's JSONL format (see the module docstring)."""
+    """Stream records from a file in prefillkit's JSONL format (see the module docstring).
+
+    A file with session fields is read once first (:func:`scan_last_turns`: the same
+    checks, so a bad row or an inconsistent session fails before any record is
+    yielded) to mark each session's last turn."""
+    last_turns = None
+    if file_has_sessions(os.fspath(path)):
+        last_turns = scan_last_turns(path, skipped=None if skipped is None else [])
+    return _stream_own(path, SessionCheck(last_turns), skipped)
+
+
+def _stream_own(
+    path: PathLike, sessions: SessionCheck, skipped: SkipList | None
+) -> Iterator[TraceRecord]:
     seen: set[str] = set()
-    return stream_records(path, lambda n, t: _parse_own(n, t, seen), skipped=skipped)
+
+    def accept(rec: TraceRecord) -> None:
+        if rec.session is not None:
+            sessions.accept(rec.session)
+
+    return stream_records(
+        path, lambda n, t: _parse_own(n, t, seen, sessions), skipped=skipped, on_accept=accept
+    )
+
+
+def scan_last_turns(path: PathLike, *, skipped: SkipList | None = None) -> dict[str, int]:
+    """Read the file through (every row checked as :func:`iter_jsonl` checks it): each
+    session's last turn. Raises ``WorkloadError`` on the first bad row unless
+    ``skipped`` collects them."""
+    sessions = SessionCheck()
+    for _ in _stream_own(path, sessions, skipped):
+        pass
+    return sessions.last_seen
 
 
 def record_to_json(rec: TraceRecord) -> dict[str, Any]:
@@ -389,6 +442,10 @@ def record_to_json(rec: TraceRecord) -> dict[str, Any]:
         obj["priority"] = rec.priority
     if rec.ignore_eos:
         obj["ignore_eos"] = True
+    if rec.session is not None:
+        obj["session_id"] = rec.session.session_id
+        obj["turn"] = rec.session.turn
+        obj["think_s"] = rec.session.think_s
     if rec.tokens is not None:
         obj["tokens"] = list(rec.tokens)
     elif rec.hash_ids is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prefillkit.request import Request
+from prefillkit.request import SESSION, Request, SessionTurn
 
 __all__ = ["TraceRecord", "to_request"]
 
@@ -34,6 +34,9 @@ class TraceRecord:
     # decode reservation counts it at ratio 1.0, and --enable-ignore-eos-admission
     # applies upstream's full-output admission rule to it.
     ignore_eos: bool = False
+    # The agent session this request is a turn of (None: not part of one); a
+    # closed-loop replay times turn k + 1 from turn k's answer (sim/sessions.py).
+    session: SessionTurn | None = None
 
     # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
     # ReqShape).
@@ -48,6 +51,7 @@ class TraceRecord:
         tokens: tuple[int, ...] | None,
         priority: int = 0,
         ignore_eos: bool = False,
+        session: SessionTurn | None = None,
     ) -> None:
         object.__setattr__(self, "rid", rid)
         object.__setattr__(self, "arrival_s", arrival_s)
@@ -58,6 +62,7 @@ class TraceRecord:
         object.__setattr__(self, "tokens", tokens)
         object.__setattr__(self, "priority", priority)
         object.__setattr__(self, "ignore_eos", ignore_eos)
+        object.__setattr__(self, "session", session)
         self._check()
 
     def _check(self) -> None:
@@ -71,6 +76,8 @@ class TraceRecord:
             raise ValueError(f"{self.rid}: hash_ids and block_size go together")
         if self.block_size is not None and self.block_size <= 0:
             raise ValueError(f"{self.rid}: block_size must be > 0, got {self.block_size}")
+        if self.session is not None:
+            _check_session(self.rid, self.session)
         if self.tokens is not None and len(self.tokens) != self.input_len:
             raise ValueError(
                 f"{self.rid}: {len(self.tokens)} tokens but input_len is {self.input_len}"
@@ -89,6 +96,7 @@ class TraceRecord:
             self.tokens,
             self.priority,
             self.ignore_eos,
+            self.session,
         )
 
     @property
@@ -97,9 +105,25 @@ class TraceRecord:
         return None if self.hash_ids is None else len(self.hash_ids)
 
 
+def _check_session(rid: str, session: SessionTurn) -> None:
+    if not session.session_id:
+        raise ValueError(f"{rid}: session_id must be a non-empty string")
+    if session.turn < 0:
+        raise ValueError(f"{rid}: turn must be >= 0, got {session.turn}")
+    if not (session.think_s >= 0 and session.think_s < float("inf")):
+        raise ValueError(f"{rid}: think_s must be finite and >= 0, got {session.think_s}")
+
+
 def to_request(rec: TraceRecord, page_size: int) -> Request:
     """Build the scheduler ``Request`` for ``rec``; its key chain (and in-batch head) is
-    computed here, once."""
+    computed here, once; its session turn goes to ``extra[SESSION]``."""
+    req = _keyed_request(rec, page_size)
+    if rec.session is not None:
+        req.extra[SESSION] = rec.session
+    return req
+
+
+def _keyed_request(rec: TraceRecord, page_size: int) -> Request:
     if rec.hash_ids is not None:
         assert rec.block_size is not None
         return Request.from_block_hashes(

@@ -37,6 +37,7 @@ from prefillkit.app.replay import (
     make_replay_options,
     open_workload,
     run_replay,
+    with_stated_decode_rate,
 )
 from prefillkit.app.settings import Config, describe, field_flag
 from prefillkit.sim.engine import Engine
@@ -217,7 +218,7 @@ def run_point(point: Mapping[str, Any], hooks: Mapping[str, str] | None = None) 
         )
         engines: list[Engine] = []
         result = run_replay(
-            cfg.sim_settings(),
+            with_stated_decode_rate(cfg, wspec).sim_settings(),
             stream.requests,
             progress=False,
             handle_sigint=False,
