@@ -16,6 +16,10 @@ CP 8 shared-KV, EP 8, HiCache, 64 K chunks) under the fix chain:
    wait bound, ``--schedule-max-wait-s 5``);
 6. ``lpm-unbounded``: the same with the wait bound off, as upstream's LPM.
 
+The seed workload's sessions replay closed-loop (prefillkit's default, docs/sessions.md):
+a session's next turn arrives once the previous one has answered (the seed deployment is
+colocated: at its simulated decode finish) plus its think time.
+
 Prints the Markdown table that README.md's first section shows (p50/p90/p99/max TTFT
 of warm and cold requests separately, throughput, the paired p99 difference with its
 95 % bootstrap interval) and writes ``docs/fix_chain.png``. Every number comes from
@@ -75,6 +79,11 @@ def model_flags(model: str) -> list[str]:
     return ["--cost-model", "aic"] if model == "aic" else ["--small-gemm", model]
 
 
+#: ``--open-loop`` on the command line: every turn at its scheduled time (prefillkit 0.2's
+#: replay) instead of closed-loop sessions.
+LOOP_FLAGS: list[str] = []
+
+
 def seed_command(command: str, rate: float, model: str) -> list[str]:
     """``prefillkit COMMAND`` on the seed workload and deployment under forward ``model``."""
     return [
@@ -88,6 +97,7 @@ def seed_command(command: str, rate: float, model: str) -> list[str]:
         str(rate),
         *SEED_DEPLOYMENT,
         *model_flags(model),
+        *LOOP_FLAGS,
         "--quiet",
     ]
 
@@ -104,12 +114,18 @@ def find_rate(model: str, out: Path, target: float = TARGET_P99_S) -> float:
     """The session rate at which the baseline's TTFT p99 is ``target`` (geometric
     bisection over 0.002-0.1 sessions/s, to 3 %)."""
     lo, hi = 0.002, 0.1
+    below = above = False
     while hi / lo > 1.03:
         mid = math.sqrt(lo * hi)
         if baseline_p99(mid, model, out) < target:
-            lo = mid
+            lo, below = mid, True
         else:
-            hi = mid
+            hi, above = mid, True
+    if not (below and above):
+        raise SystemExit(
+            f"fix_chain.py: {model}: the baseline's p99 stays {'below' if below else 'above'} "
+            f"{target:g} s over 0.002-0.1 sessions/s; give --rate"
+        )
     return round(math.sqrt(lo * hi), 5)
 
 
@@ -214,7 +230,14 @@ def main() -> None:
         default="tiles,sqrt-h100,ideal",
         help="forward models, comma-separated: small-GEMM assumptions and/or aic",
     )
+    ap.add_argument(
+        "--open-loop",
+        action="store_true",
+        help="send every turn at its scheduled time (prefillkit 0.2's replay)",
+    )
     args = ap.parse_args()
+    if args.open_loop:
+        LOOP_FLAGS.append("--open-loop")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     out = Path(args.out)
     p99s: dict[str, dict[str, float]] = {}

@@ -1264,7 +1264,13 @@ def trace_files(draw: st.DrawFn) -> TraceFile:
             row["priority"] = prio
         rows.append(row)
 
-    kw: dict[str, Any] = {"page_size": page, "debug_check_invariants": True}
+    # NOTE: the fraction stated, so the CLI's launch line does not get SGLang's
+    # GPU-dependent default (app/sglang_memory.py) where the in-process Config has 0.88.
+    kw: dict[str, Any] = {
+        "page_size": page,
+        "debug_check_invariants": True,
+        "mem_fraction_static": 0.88,
+    }
     cp = draw(st.sampled_from([1, 1, 2, 4]))
     kw["tp_size"] = cp
     kw["cp_size"] = cp

@@ -336,7 +336,7 @@ def test_pool_given_for_weights_that_do_not_fit_is_warned(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     assert (
         "warning: --max-total-tokens sizes the pool, but glm-5's weights (744.0 GB per GPU "
-        "on 1 GPU(s)) do not fit 124.1 GB (141 GB x --mem-fraction-static 0.88)"
+        "on 1 GPU(s)) do not fit 125.3 GB (141 GB x --mem-fraction-static 0.889)"
     ) in proc.stderr
     fits = run_cli(
         "replay", "--trace", "mooncake-slice", "--max-requests", "5", "-q",

@@ -13,7 +13,9 @@ Which base: ``--preset NAME`` names it; otherwise a command given no deployment 
 config file) and no other SGLang launch flag runs the ``demo`` preset (and says so); as
 soon as one is given, the base is SGLang's defaults: the library defaults of
 :class:`~prefillkit.app.settings.Config`, with :data:`SGLANG_DEFAULTS` where SGLang's default
-differs (colocated serving unless ``--disaggregation-mode prefill``). A preset value the
+differs (colocated serving unless ``--disaggregation-mode prefill``) and SGLang's
+GPU-dependent ``--chunked-prefill-size`` and ``--mem-fraction-static``
+(:mod:`prefillkit.app.sglang_memory`). A preset value the
 user's settings contradict is dropped rather than refused (``--tp 4`` drops the demo's CP 8
 and shared KV).
 
@@ -25,6 +27,7 @@ default`` or ``default``), which the commands print in their header.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +40,9 @@ from prefillkit.app.settings import (
     blame_config_file,
     parse_flags,
     read_config_file,
+    resolve_model,
 )
+from prefillkit.app.sglang_memory import SGLANG_MAX_PREFILL_TOKENS, sglang_mem_fraction_default
 from prefillkit.sim.gpus import get_gpu
 from prefillkit.sim.validation import SEED_DEPLOYMENT
 from prefillkit.text import suggest
@@ -141,21 +146,111 @@ def weights_warning(config: Config) -> str | None:
 _CONFIG_DEFAULTS: dict[str, object] = {f.name: f.default for f in dataclasses.fields(Config)}
 
 
-def _sglang_gpu_defaults(given: Mapping[str, object]) -> dict[str, object]:
-    """The defaults SGLang derives from the GPU for a line that does not set them: the
-    chunk size (:func:`sglang_chunk_default`) of the line's GPU (``--device-memory-gb``
-    if given, else the preset's memory); nothing for an unknown GPU (the run's own check
-    names it)."""
-    if "chunked_prefill_size" in given:
-        return {}
+def _line_memory_bytes(given: Mapping[str, object]) -> float | None:
+    """The memory of one of the line's GPUs in bytes: ``--device-memory-gb`` (GB = 1e9
+    bytes) if given, else the GPU preset's; None for an unknown GPU."""
     memory = given.get("device_memory_gb")
     if isinstance(memory, (int, float)) and memory > 0:
-        return {"chunked_prefill_size": sglang_chunk_default(float(memory) * 1e9)}
+        return float(memory) * 1e9
     try:
-        gpu = get_gpu(str(given.get("gpu", _CONFIG_DEFAULTS["gpu"])))
+        return get_gpu(str(given.get("gpu", _CONFIG_DEFAULTS["gpu"]))).memory_bytes
     except KeyError:
+        return None
+
+
+def _given(given: Mapping[str, object], name: str) -> object:
+    """The line's (or file's) value of ``name``, else the Config default."""
+    return given.get(name, _CONFIG_DEFAULTS[name])
+
+
+def _optional_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _opt_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _sglang_fraction(
+    given: Mapping[str, object], ignored: Sequence[str], memory: float, chunk: object
+) -> float | None:
+    """SGLang's default ``--mem-fraction-static`` for the line
+    (:func:`~prefillkit.app.sglang_memory.sglang_mem_fraction_default`): its chunk, TP
+    (PP 1: not modelled), model (MLA or not), mode and graph settings; None when the model
+    does not resolve (the run's own check names it). ``--attn-cp-size > 1`` and two-batch
+    overlap turn SGLang's prefill graph off, ``--disable-cuda-graph`` both graphs. DeepEP's
+    reserve is never added: ``--moe-a2a-backend`` is accepted and ignored, its value
+    dropped (:data:`~prefillkit.app.settings.IGNORED_FLAGS`)."""
+    try:
+        model = resolve_model(
+            str(_given(given, "model")).strip().lower(),
+            _opt_str(given.get("model_path")),
+            _opt_str(given.get("model_config")),
+        )
+    except (ConfigError, KeyError):
+        return None
+    no_graphs = "--disable-cuda-graph" in ignored
+    cp = _optional_int(_given(given, "cp_size")) or 1
+    return sglang_mem_fraction_default(
+        memory,
+        chunked_prefill_size=_optional_int(chunk),
+        tp_size=_optional_int(_given(given, "tp_size")) or 1,
+        mla=model.attention == "mla",
+        pd_prefill=str(given.get("mode", SGLANG_DEFAULTS["mode"])).strip().lower() == "pd-prefill",
+        decode_cuda_graph=not no_graphs,
+        prefill_cuda_graph=not (no_graphs or cp > 1 or _given(given, "enable_two_batch_overlap")),
+        max_running_requests=_optional_int(given.get("max_running_requests")),
+        max_prefill_tokens=_optional_int(_given(given, "max_prefill_tokens"))
+        or SGLANG_MAX_PREFILL_TOKENS,
+        max_total_tokens=_optional_int(given.get("max_total_tokens")),
+        model_path=_opt_str(given.get("model_path")) or "",
+    )
+
+
+def _sglang_gpu_defaults(
+    given: Mapping[str, object], ignored: Sequence[str] = ()
+) -> dict[str, object]:
+    """The defaults SGLang derives from the GPU for a line that does not set them, with
+    the line's GPU (``--device-memory-gb`` if given, else the preset's memory): the chunk
+    size (:func:`sglang_chunk_default`) and ``--mem-fraction-static``
+    (:func:`_sglang_fraction`, from the line's chunk or that default). Nothing for an
+    unknown GPU, no fraction for an infinite memory (``--device-memory-gb 1e300``): the
+    run's own checks name them. ``ignored``: the SGLang flags accepted and ignored
+    (``--disable-cuda-graph`` changes the fraction). Raises ``ConfigError`` naming
+    ``--device-memory-gb`` when that memory is smaller than SGLang's reserve (SGLang's
+    fraction would be <= 0)."""
+    memory = _line_memory_bytes(given)
+    if memory is None:
         return {}
-    return {"chunked_prefill_size": sglang_chunk_default(gpu.memory_bytes)}
+    out: dict[str, object] = {}
+    if "chunked_prefill_size" not in given:
+        out["chunked_prefill_size"] = sglang_chunk_default(memory)
+    chunk = given.get("chunked_prefill_size", out.get("chunked_prefill_size"))
+    if "mem_fraction_static" not in given and math.isfinite(memory):
+        fraction = _sglang_fraction(given, ignored, memory, chunk)
+        if fraction is not None and fraction <= 0:
+            raise ConfigError(
+                f"--device-memory-gb: {memory / 1e9:g} GB ({memory / 2**20:,.0f} MiB) leaves "
+                "nothing after the activation and CUDA-graph memory SGLang reserves for this "
+                f"line (its default --mem-fraction-static would be {fraction:g}); give "
+                "--mem-fraction-static"
+            )
+        if fraction is not None:
+            out["mem_fraction_static"] = fraction
+    return out
+
+
+def _sglang_base(
+    given: Mapping[str, object], parsed: ParsedFlags, file: ConfigFile | None
+) -> dict[str, object]:
+    """SGLang's defaults under a launch line: :data:`SGLANG_DEFAULTS` and the GPU-dependent
+    ones (:func:`_sglang_gpu_defaults`), for what ``given`` does not set; an error names
+    the config file when the setting it names came from there."""
+    try:
+        gpu_defaults = _sglang_gpu_defaults(given, parsed.ignored)
+    except ConfigError as exc:
+        raise ConfigError(blame_config_file(str(exc), file, parsed.values)) from None
+    return {**{k: v for k, v in SGLANG_DEFAULTS.items() if k not in given}, **gpu_defaults}
 
 
 #: The settings that describe the deployment, as an SGLang launch line gives them: one of
@@ -305,10 +400,7 @@ def build_config(
     base = (
         deployment_defaults(given, preset_values(name))
         if name is not None
-        else {
-            **{k: v for k, v in SGLANG_DEFAULTS.items() if k not in given},
-            **_sglang_gpu_defaults(given),
-        }
+        else _sglang_base(given, parsed, file)
     )
     if "model_path" in given or "model_config" in given:
         base.pop("model", None)  # the line's model wins over a preset's

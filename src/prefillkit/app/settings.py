@@ -134,7 +134,11 @@ class Config:
         None, "KV bytes per token; unset = from the model preset and --kv-cache-dtype.", "memory"
     )
     mem_fraction_static: float = _knob(
-        0.88, "Fraction of GPU memory for weights + KV pool, in (0, 1].", "memory"
+        0.88,
+        "Fraction of GPU memory for weights + KV pool, in (0, 1]. A launch line without it "
+        "gets SGLang's GPU-dependent default (GPU memory less its activation and CUDA-graph "
+        "reserve: 0.878 for DeepSeek-V3 at TP 8 on H200).",
+        "memory",
     )
     device_memory_gb: float | None = _knob(
         None, "Memory per GPU in GB; unset = the GPU preset's.", "memory"

@@ -285,6 +285,11 @@ SEED_DEPLOYMENT: tuple[str, ...] = (
     "--enable-hierarchical-cache",
     "--hicache-ratio", "2",
     "--hicache-write-policy", "write_through",
+    # ASSUMPTION: the source notes do not give it. SGLang 0.5.23's default for this line
+    # (app/sglang_memory.py: 1.5 MiB reserved per token of the 64 K chunk) is 0.25,
+    # which cannot hold GLM-5's 93 GB of weights per GPU: the seed must have set one.
+    # 0.88 keeps prefillkit 0.2's pool.
+    "--mem-fraction-static", "0.88",
 )  # fmt: skip
 
 
