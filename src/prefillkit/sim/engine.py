@@ -267,11 +267,9 @@ class Engine:
             )
         self._first_arrival: float | None = None
         self._window_limit = math.inf
-        # A list run's requests as they arrived (closed-loop turns arrive out of the
-        # list's order; the result lists them as a streaming run writes them).
+        # A list run's requests as they arrived (closed-loop turns leave the list's order).
         self._arrival_order: list[Request] = []
-        # When a session turn has answered (sim/sessions.py): at its simulated finish (a
-        # colocated run without a stated rate), else at its first token + _decode_time.
+        # A session turn answers at its simulated finish, else first token + _decode_time.
         self._answer_rate = cfg.session_decode_tokens_per_s
         self._answer_at_finish = self.colocated and self._answer_rate is None
 
@@ -347,7 +345,7 @@ class Engine:
                     sim_end_s=self.now,
                 )
             )
-        summary.update(self._session_metrics())
+        summary.update(self.sessions.metrics(self._answer_rate, self._answer_at_finish))
         summary["wall_time_s"] = wallclock.perf_counter() - t0
         dep = self.dep.as_dict()
         dep["kv_pool_tokens"] = self.dep.total_pages * self.cfg.page_size
@@ -489,25 +487,6 @@ class Engine:
         """The list run's requests in arrival order, those that never arrived after."""
         arrived = {id(r) for r in self._arrival_order}
         return self._arrival_order + [r for r in self.requests if id(r) not in arrived]
-
-    def _session_metrics(self) -> dict[str, Any]:
-        """The summary's session counts (nothing for a workload without sessions)."""
-        gate = self.sessions
-        if not gate.sessions:
-            return {}
-        if self._answer_rate is not None:
-            answer = f"first token + output at {self._answer_rate:g} tokens/s"
-        elif self._answer_at_finish:
-            answer = "simulated decode finish"
-        else:
-            answer = "first token + output at the batch-1 decode step"
-        return {
-            "session_loop": "closed" if gate.closed_loop else "open",
-            "session_answer": answer,
-            "sessions": gate.sessions,
-            "later_turns": gate.later_turns,
-            "early_turns": gate.early_turns,
-        }
 
     def _answered(self, req: Request, t: float) -> None:
         """``req``'s answer is complete at ``t``: a closed-loop session's next turn is

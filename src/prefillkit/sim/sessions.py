@@ -139,6 +139,26 @@ class SessionGate:
         succ.arrival_time = t + nxt.think_s
         return succ
 
+    def metrics(self, answer_rate: float | None, at_finish: bool) -> dict[str, object]:
+        """The summary's session counts and how answers were timed (``answer_rate``: the
+        stated rate; ``at_finish``: the simulated decode finish); nothing for a workload
+        without sessions."""
+        if not self.sessions:
+            return {}
+        if answer_rate is not None:
+            answer = f"first token + output at {answer_rate:g} tokens/s"
+        elif at_finish:
+            answer = "simulated decode finish"
+        else:
+            answer = "first token + output at the batch-1 decode step"
+        return {
+            "session_loop": "closed" if self.closed_loop else "open",
+            "session_answer": answer,
+            "sessions": self.sessions,
+            "later_turns": self.later_turns,
+            "early_turns": self.early_turns,
+        }
+
     def _read_ahead_for(self, sid: str) -> Request | None:
         """Read the stream until the next turn of ``sid`` (None: the stream ended);
         the first turns met wait in order, other later turns are parked."""
