@@ -496,10 +496,9 @@ class Engine:
             self._push(succ.arrival_time, ARRIVAL, succ)
 
     def _decode_time(self, req: Request) -> float:
-        """Seconds from ``req``'s first token to its last: its other output tokens at
-        the stated rate (``session_decode_tokens_per_s``), else at this deployment's
-        decode step for one request (ASSUMPTION: a pd-prefill run does not simulate its
-        decode instance; one stream on these GPUs stands for it)."""
+        """Seconds from ``req``'s first token to its last: its other output tokens at the
+        stated rate, else at this deployment's decode step for one request (ASSUMPTION:
+        a pd-prefill run does not simulate its decode; one stream here stands for it)."""
         tokens = max(req.max_new_tokens - 1, 0)
         if self._answer_rate is not None:
             return tokens / self._answer_rate
