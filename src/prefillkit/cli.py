@@ -772,6 +772,14 @@ partial and exits with status 130.
 """
 
 
+def _claim_out_folder(ctx: click.Context, out: str) -> None:
+    """Create and lock ``--out`` for this command (app/out_folder.py); released when the
+    command's context closes, whatever ends it."""
+    from prefillkit.app.out_folder import OutFolder
+
+    ctx.call_on_close(OutFolder.claim(out).release)
+
+
 @cli.command(
     "replay",
     cls=ConfigFlagsCommand,
@@ -868,10 +876,7 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     if params["write_html"] and out is None:
         raise InputError("--report needs --out DIR (the report is written to DIR/report.html)")
     if out is not None:
-        try:
-            Path(out).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InputError(f"--out {out}: cannot create folder: {_os_reason(exc)}") from None
+        _claim_out_folder(ctx, out)
     name: str = params["name"] or (Path(out).resolve().name if out else "replay")
 
     run_flags = RunFlags(params["executor"], params["cost_preset"])
@@ -1216,10 +1221,7 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
         jobs = 1  # measured forwards: no variant runs beside a timed one
 
     if out is not None:
-        try:
-            Path(out).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InputError(f"--out {out}: cannot create folder: {_os_reason(exc)}") from None
+        _claim_out_folder(ctx, out)
 
     baseline = prepared[0].config
     workload = load_requests(spec, page_size=baseline.resolved_page_size, seed=baseline.seed)

@@ -7,7 +7,9 @@ Layout of ``DIR`` (``--out``)::
     results.parquet        the current grid's points in grid order (rewritten at the end)
     report.html            the HTML page (``--show`` rewrites it)
     capacity.json          ``prefillkit capacity``'s answer (capacity runs only)
-    .lock                  held (flock) by the driver writing the store
+
+The driver writing the store holds ``flock`` on the folder itself (app/out_folder.py, the
+lock ``replay`` and ``compare`` take too).
 
 Every file is written atomically (a temporary file in the same folder, fsynced, then
 renamed), so a driver killed at any moment leaves only whole files: a point is finished
@@ -45,11 +47,14 @@ import time
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefillkit import __version__
 from prefillkit.app.settings import Config
 from prefillkit.app.sweep import SweepError, require
+
+if TYPE_CHECKING:
+    from prefillkit.app.out_folder import OutFolder
 
 __all__ = [
     "MANIFEST_FILE",
@@ -199,7 +204,7 @@ class Store:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.points_dir = root / POINTS_DIR
-        self._lock_fd: int | None = None
+        self._claim: OutFolder | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -235,23 +240,18 @@ class Store:
         return cls(path)
 
     def _lock(self) -> None:
-        import fcntl
+        from prefillkit.app.out_folder import OutFolder
+        from prefillkit.app.replay import InputError
 
-        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise SweepError(
-                f"--out {self.root}: another sweep is writing this folder (wait for it or "
-                "give another --out)"
-            ) from None
-        self._lock_fd = fd
+            self._claim = OutFolder.claim(self.root)
+        except InputError as exc:
+            raise SweepError(str(exc)) from None
 
     def close(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
 
     def _clean_temps(self) -> None:
         for folder in (self.root, self.points_dir):
