@@ -125,7 +125,7 @@ def test_a_bad_row_mid_trace_stops_the_streaming_replay_and_writes_nothing(
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith(f"prefillkit: error: {trace}:4:") and err.count("\n") == 1, err
-    assert sorted(p.name for p in out.iterdir()) == []
+    assert not out.exists()  # the folder the run created is removed again, being empty
 
 
 def test_a_streaming_engine_refuses_arrivals_out_of_order() -> None:

@@ -16,8 +16,10 @@ NOTE: standard library only (the row writer's child imports it).
 from __future__ import annotations
 
 import os
+import signal
+import sys
 
-__all__ = ["ENV", "HelperError", "wants_helpers"]
+__all__ = ["ENV", "HelperError", "die_with_parent", "wants_helpers"]
 
 #: The environment variable: auto, inline or process.
 ENV = "PREFILLKIT_HELPERS"
@@ -41,3 +43,27 @@ def wants_helpers() -> bool:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     return cores >= 2
+
+
+#: Linux's prctl option: the signal a process gets when its parent (thread) ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this (helper) process get SIGKILL when its parent ends (Linux's
+    ``PR_SET_PDEATHSIG``; elsewhere a no-op), and exit at once if the parent
+    ``parent_pid`` has already gone (it may die between the fork and this call).
+
+    NOTE: the signal follows the thread that forked; prefillkit forks helpers only from
+    a single-threaded process (prefillkit.app.prefetch.can_fork).
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # no prctl: the closed pipe ends still stop the helper
+    if os.getppid() != parent_pid:
+        os._exit(0)

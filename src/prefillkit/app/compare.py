@@ -722,11 +722,5 @@ def write_dir_report(run_dir: str | Path, out_path: str | Path | None = None) ->
         raise InputError(
             f"{target}: cannot create folder: {' '.join((exc.strerror or str(exc)).split())}"
         ) from None
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        write_report(runs, tmp, title=title, comparison=comparison)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_report(runs, target, title=title, comparison=comparison)  # NOTE: prefillkit.outfile
     return target

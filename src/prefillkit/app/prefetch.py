@@ -36,7 +36,7 @@ from collections.abc import Generator, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from prefillkit.helpers import HelperError
+from prefillkit.helpers import HelperError, die_with_parent
 from prefillkit.request import Request
 from prefillkit.workloads.record import TraceRecord, to_request
 
@@ -89,7 +89,7 @@ class RequestPrefetcher:
         self._conn: Connection = conn
         self._proc = ctx.Process(
             target=_serve,
-            args=(records, page_size, skipped, child_conn),
+            args=(records, page_size, skipped, child_conn, conn, os.getpid()),
             name="prefillkit-workload",
             daemon=True,
         )
@@ -197,10 +197,18 @@ def _serve(
     page_size: int,
     skipped: list[tuple[int, str]],
     conn: Connection,
+    parent_end: Connection,
+    parent_pid: int,
 ) -> None:
     """The child: build the requests, send them a batch at a time, then the end (or the
     error the records raised); stop quietly if the parent has gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # NOTE: Ctrl-C is the parent's
+    # NOTE: the child dies with its parent (a kill -9 of the run must not leave it
+    # blocked in a write, holding the run's stdout and stderr): SIGKILL on the parent's
+    # death where Linux offers it, and the read end closed here so that a write to a
+    # parent that has gone fails (EPIPE) instead of blocking.
+    parent_end.close()
+    die_with_parent(parent_pid)
     # NOTE: what the child inherited stays out of its collector's generations: a pass
     # over it would cost time and write to every inherited object's header, copying
     # each page the child shares with the parent.

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
-import os
 import re
-import secrets
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -52,7 +49,7 @@ from prefillkit.workloads.generators import (
     merge_agentic_args,
     multi_turn_agentic,
 )
-from prefillkit.workloads.jsonl import record_to_json
+from prefillkit.workloads.jsonl import write_jsonl
 from prefillkit.workloads.record import TraceRecord, to_request
 from prefillkit.workloads.replay import (
     FORMATS,
@@ -255,20 +252,7 @@ def write_trace_jsonl(records: Sequence[TraceRecord], path: str | Path) -> None:
 
     ``OSError`` propagates (the temporary file is removed).
     """
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8", newline="\n") as fh:
-            for rec in records:
-                fh.write(json.dumps(record_to_json(rec), separators=(",", ":")))
-                fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_jsonl(records, path)
 
 
 @dataclass(slots=True)

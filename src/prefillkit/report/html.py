@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from prefillkit.outfile import write_text
 from prefillkit.report.compare import (
     IMPROVED_BELOW,
     KEY_METRICS,
@@ -398,5 +399,5 @@ def write_report(
         f"<body><main>{''.join(body)}</main><script>{_SCRIPT}</script></body></html>\n"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    write_text(out, page)
     return out

@@ -9,6 +9,7 @@ is zero it writes nothing and returns ``None`` (the report shows a note instead)
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from matplotlib.axis import Axis
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullFormatter
 
+from prefillkit.outfile import write_bytes
 from prefillkit.report.rundir import RunData
 
 __all__ = [
@@ -110,8 +112,10 @@ def _new_figure(size: tuple[float, float] = FIGSIZE, rows: int = 1) -> tuple[Fig
 def _save(fig: Figure, out_path: str | Path) -> Path:
     path = Path(out_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", format="png", metadata={"Software": None})
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=DPI, bbox_inches="tight", format="png", metadata={"Software": None})
     plt.close(fig)
+    write_bytes(path, buf.getvalue())
     return path
 
 

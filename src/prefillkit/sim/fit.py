@@ -74,6 +74,7 @@ from typing import Any
 import numpy as np
 
 from prefillkit.models import get_model
+from prefillkit.outfile import write_text
 from prefillkit.sched.buffer import ReqShape
 from prefillkit.sim.cost import Efficiencies, ParallelLayout, RooflineCostModel
 from prefillkit.sim.gpus import get_gpu
@@ -477,7 +478,7 @@ def write_preset(result: FitResult, path: Path) -> None:
     for table, values in result.document().items():
         lines.append(f"\n[{table}]")
         lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items())
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text(path, "\n".join(lines) + "\n")
 
 
 class FittedCostModel:

@@ -70,12 +70,13 @@ import json
 import math
 import os
 import re
-import secrets
 import signal
+import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from prefillkit.outfile import temp_path, write_text
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.engine import SimResult
 from prefillkit.sim.metrics import REQUEST_COLUMNS, batch_columns, request_row
@@ -154,11 +155,6 @@ def _csv_text(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def temp_path(target: Path, suffix: str = "tmp") -> Path:
-    """A fresh temporary name beside ``target``: ``.NAME.<pid>.<hex>.<suffix>``."""
-    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.{suffix}")
-
-
 def _write_temp(target: Path, text: str) -> Path:
     """``text`` (UTF-8) in a fresh, fsynced temporary file beside ``target``; its path."""
     # A fresh name opened with "x" (not mkstemp) so the file gets the umask's permissions.
@@ -180,14 +176,9 @@ def _unlink_quietly(path: Path) -> None:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same folder."""
-    target = Path(path)
-    tmp = _write_temp(target, text)
-    try:
-        os.replace(tmp, target)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
+    """Write ``text`` (UTF-8) to ``path`` by :mod:`prefillkit.outfile`'s rules (a regular
+    file via a temporary file in the same folder and a rename)."""
+    write_text(path, text)
 
 
 _TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]+\.(tmp|part)$")
@@ -274,10 +265,16 @@ def write_file_set(folder: Path, texts: Mapping[str, str], last: str) -> None:
 
 
 def _check_targets(folder: Path, names: Iterable[str]) -> None:
+    """Refuse a set whose files exist as anything but regular files (a folder, a link, a
+    device, ...): the set is renamed into place as one, never written through a link or
+    over a device (prefillkit.outfile's rules for a single file)."""
     for name in names:
         target = folder / name
-        if target.is_dir():
+        if target.is_dir() and not target.is_symlink():
             raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(target))
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(os.lstat(target).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file: refused", str(target))
 
 
 def _commit_temps(folder: Path, temps: Mapping[str, Path], last: str) -> None:

@@ -37,15 +37,13 @@ in the array differs between the two (viewers sort them).
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
+from prefillkit.outfile import OutputFile, resolve_output
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.engine import SimResult
 from prefillkit.sim.metrics import BatchRecord
@@ -53,7 +51,6 @@ from prefillkit.sim.output import (
     atomic_write_text,
     json_ready,
     remove_stale_temporaries,
-    temp_path,
 )
 
 __all__ = [
@@ -288,17 +285,17 @@ class StreamingTraceWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.target = Path(path)
-        if self.target.is_dir():
-            raise IsADirectoryError(errno.EISDIR, "is a folder, not a file")
-        remove_stale_temporaries(self.target.parent, (self.target.name,))
-        self.part = temp_path(self.target, "part")
         #: The error a write of the file raised, if one did.
         self.error: OSError | None = None
-        try:
-            self._fh = open(self.part, "x", encoding="utf-8")
+        try:  # NOTE: prefillkit.outfile's rules (a device or FIFO is written in place)
+            target, in_place = resolve_output(path)
+            if not in_place:
+                remove_stale_temporaries(target.parent, (target.name,))
+            self._out = OutputFile(path, suffix="part", newline=None)
         except OSError as exc:  # NOTE: no file name: the caller names the target
             raise type(exc)(exc.errno, exc.strerror) from None
+        self.target = self._out.target
+        self._fh = self._out.fh
         self._sep = ""
         try:
             self._fh.write('{"traceEvents":[')
@@ -383,16 +380,10 @@ class StreamingTraceWriter:
             rest = _document([], partial=partial, batches=self._batches, requests=self._requests)
             del rest["traceEvents"]  # the keys after it: close the array, then "{...}" less "{"
             self._fh.write("]," + _ENCODER.encode(rest)[1:] + "\n")
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
-            os.replace(self.part, self.target)
+            self._out.commit()
         finally:
             self.discard()
 
     def discard(self) -> None:
         """Close and remove the temporary file (after :meth:`commit`: nothing left)."""
-        with contextlib.suppress(OSError):
-            self._fh.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.part)
+        self._out.discard()

@@ -459,8 +459,10 @@ def record_to_json(rec: TraceRecord) -> dict[str, Any]:
 
 def write_jsonl(records: Iterable[TraceRecord], path: PathLike) -> int:
     """Write ``records`` to ``path`` in prefillkit's JSONL format; returns the row count."""
+    from prefillkit.outfile import open_output
+
     n = 0
-    with open(path, "w", encoding="utf-8") as f:
+    with open_output(path) as f:
         for rec in records:
             f.write(json.dumps(record_to_json(rec), separators=(",", ":")))
             f.write("\n")

@@ -42,7 +42,6 @@ import dataclasses
 import json
 import os
 import re
-import secrets
 import time
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -52,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from prefillkit import __version__
 from prefillkit.app.settings import Config
 from prefillkit.app.sweep import SweepError, require
+from prefillkit.outfile import write_bytes
 
 if TYPE_CHECKING:
     from prefillkit.app.out_folder import OutFolder
@@ -159,24 +159,9 @@ def schema(extra: Iterable[tuple[str, Any]] = ()) -> Any:
 _KNOWN = {n for n, _ in (*ID_COLUMNS, *METRIC_COLUMNS)} | {"ttft_s"}
 
 
-def _fsync_replace(tmp: Path, target: Path) -> None:
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
-
-
 def atomic_write_bytes(target: Path, data: bytes) -> None:
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "xb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """``data`` to ``target`` by :mod:`prefillkit.outfile`'s rules (temporary + rename)."""
+    write_bytes(target, data)
 
 
 def _table(rows: Sequence[Mapping[str, Any]]) -> Any:
