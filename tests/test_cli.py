@@ -228,7 +228,7 @@ def test_pasted_sglang_flags_are_accepted() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert lines == ["ignored SGLang flags: --trust-remote-code --host --port"]
+    assert lines == ["ignored (no effect on admission): --trust-remote-code, --host, --port"]
     cfg = json.loads(proc.stdout)["config"]
     assert cfg["chunked_prefill_size"] == 16384
     assert cfg["page_size"] == 64

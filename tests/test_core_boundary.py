@@ -30,7 +30,7 @@ ENV = {
     "PYTHONPATH": os.pathsep.join([str(SRC.parent), os.environ.get("PYTHONPATH", "")]),
 }
 
-CORE_TOP = ("request", "models", "text", "helpers")
+CORE_TOP = ("request", "models", "text", "helpers", "outfile")
 CORE_PACKAGES = ("cache", "sched")
 
 #: Layer of each top-level part of the package (a module or a subpackage).

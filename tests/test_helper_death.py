@@ -2,7 +2,9 @@
 
 The workload helper (app/prefetch.py) of a replay killed with SIGKILL must not stay
 blocked writing to a pipe nobody reads, holding the run's stdout and stderr: the
-pipeline ``prefillkit replay ... | cat`` ends.
+pipeline ``prefillkit replay ... | cat`` ends. The row writer (sim/row_writer.py) of a
+killed ``--out`` run ends too, removing its files. Every wait polls a condition (the
+helper exists, is blocked, has written) up to a timeout, never a fixed sleep.
 """
 
 from __future__ import annotations
@@ -64,9 +66,32 @@ def _blocked_in_a_write(pid: int) -> bool:
         return False
 
 
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
+
+
+def _is_row_writer(pid: int) -> bool:
+    return "-I" in _cmdline(pid)  # python -I -S -c ... (sim/row_writer.py _CHILD)
+
+
 def _helper_of(parent: int) -> int:
-    assert _wait_for(lambda: _children(parent), 60), "the workload helper never started"
-    return _children(parent)[0]
+    """The workload helper: the child forked from ``parent`` (not the row writer)."""
+
+    def helper() -> list[int]:
+        return [c for c in _children(parent) if not _is_row_writer(c)]
+
+    assert _wait_for(helper, 60), "the workload helper never started"
+    return helper()[0]
+
+
+def _status_mask(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
 def test_killed_parent_takes_its_blocked_helper_along() -> None:
@@ -105,3 +130,54 @@ def test_pipeline_ends_when_the_run_is_killed(tmp_path: Path) -> None:
         if pipeline.poll() is None:
             pipeline.kill()
             pipeline.wait()
+
+
+def test_the_workload_helper_holds_no_stdout_and_ignores_stop_signals() -> None:
+    """Its stdout is /dev/null (a pipeline the run writes into never waits for it), and
+    a signal to the whole process group (Ctrl-C, ``timeout``'s SIGTERM) is the run's:
+    killed by it, the helper would cut a message in two (seen: ``got end of file during
+    message`` instead of a partial set, 1 run in 6 under ``timeout -s TERM``)."""
+    parent = subprocess.Popen(
+        RUN, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        helper = _helper_of(parent.pid)
+        ignored = 1 << (signal.SIGINT - 1) | 1 << (signal.SIGTERM - 1)
+        assert _wait_for(lambda: _status_mask(helper, "SigIgn") & ignored == ignored, 10)
+        assert os.readlink(f"/proc/{helper}/fd/1") == os.devnull
+        assert os.readlink(f"/proc/{parent.pid}/fd/1").startswith("pipe:")
+    finally:
+        parent.kill()
+        parent.wait()
+        assert parent.stdout is not None
+        parent.stdout.close()
+
+
+def test_killed_parent_takes_its_row_writer_along_and_its_files(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    parent = subprocess.Popen(
+        [*RUN, "--out", str(out)],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert _wait_for(lambda: any(_is_row_writer(c) for c in _children(parent.pid)), 60)
+        writer = next(c for c in _children(parent.pid) if _is_row_writer(c))
+        assert _wait_for(lambda: _status_mask(writer, "SigCgt") & (1 << (signal.SIGHUP - 1)), 10), (
+            "the row writer never watched its parent"
+        )
+
+        def rows_written() -> bool:
+            return any(p.stat().st_size > 0 for p in out.glob(".requests.csv.*.part"))
+
+        assert _wait_for(rows_written, 60), "no rows written"
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        assert _wait_for(lambda: _gone(writer), 10), f"row writer {writer} outlived its parent"
+        assert not list(out.glob(".*.csv.*.part")), "the row writer left its files"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()

@@ -90,6 +90,26 @@ def test_fifo_is_written_in_place(tmp_path: Path) -> None:
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
+def test_in_place_open_neither_truncates_nor_creates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    flags: list[int] = []
+    real_open = os.open
+
+    def spy(path: str, flag: int, mode: int = 0o777) -> int:
+        flags.append(flag)
+        return real_open(path, flag, mode)
+
+    monkeypatch.setattr("prefillkit.outfile.os.open", spy)
+    reader = threading.Thread(target=fifo.read_bytes)
+    reader.start()
+    write_bytes(fifo, b"x")
+    reader.join(timeout=10)
+    assert flags and not flags[0] & (os.O_TRUNC | os.O_CREAT)
+
+
 def test_null_device_is_written_in_place(tmp_path: Path) -> None:
     null = _device(tmp_path, "null", NULL)
     write_text(null, "x" * 100_000)

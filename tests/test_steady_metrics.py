@@ -197,6 +197,46 @@ def test_check_window_s_caps_the_window_count() -> None:
         )
 
 
+def test_check_window_s_message_is_short_for_huge_spans() -> None:
+    """A span of 1e301 s (--rate 1e-300) was quoted with all its 300 digits."""
+    with pytest.raises(ValueError) as info:
+        check_window_s(60.0, [0.0, 1e301])
+    assert str(info.value) == (
+        "60 s windows over the 1e+301 s arrival span make 1.67e+299 windows; the most is "
+        "10,000 (use a longer window)"
+    )
+    with pytest.raises(ValueError, match="makes over 1e\\+308 windows already"):
+        check_window_s(1e-300, [0.0, 1e301], so_far=True)
+
+
+def _window_trace(path: Path) -> Path:
+    arrivals = [0.0, 0.0, 3.0, 3.0, 15.0]
+    path.write_text(
+        "".join(f'{{"arrival_s": {t}, "output_len": 2, "input_len": 100}}\n' for t in arrivals)
+    )
+    return path
+
+
+def test_cli_huge_rate_or_tiny_window_message_is_short_and_true(tmp_path: Path) -> None:
+    """--rate 1e-300 gave a 926-character line; --window-s 1e-9 quoted a 3 s "arrival span"
+    for arrivals spanning 15 s (a streamed replay checks as requests arrive: the message
+    now quotes the time reached, and names the trace)."""
+    trace = _window_trace(tmp_path / "t.jsonl")
+    base = [sys.executable, "-m", "prefillkit", "replay", "--trace", str(trace), "-q"]
+    lines = {}
+    for flag, value in (("--rate", "1e-300"), ("--window-s", "1e-9")):
+        proc = subprocess.run([*base, flag, value], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        (lines[flag],) = proc.stderr.splitlines()
+        assert len(lines[flag]) < 250, lines[flag]
+        assert lines[flag].startswith(f"prefillkit: error: {trace}: --window-s: ")
+    window = lines["--window-s"]
+    assert "a request arriving 3.0 s after the first makes 3,000,000,000 windows already" in window
+    assert "arrival span" not in window
+    with pytest.raises(ValueError, match=r"over the 15\.0 s arrival span"):
+        check_window_s(1e-9, [0.0, 0.0, 3.0, 3.0, 15.0])
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -171,3 +172,66 @@ def test_capacity_cli_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert "capacity" in out and "found" in out
     assert (tmp_path / "o" / "report.html").is_file()
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _view(points: list[tuple[str, dict[str, Any], float, float]]) -> Any:
+    """A render ``View`` of finished points ``(id, labels, p99 s, input tok/s)``."""
+    from prefillkit.app.sweep.render import View
+
+    manifest = {
+        "points": [{"id": pid, "labels": labels} for pid, labels, _, _ in points],
+        "varied": sorted({k for _, labels, _, _ in points for k in labels}),
+    }
+    rows = {
+        pid: {"status": "ok", "workload": "w", "ttft_p99_s": p99, "input_throughput_tok_s": thr}
+        for pid, _, p99, thr in points
+    }
+    return View(manifest, rows)
+
+
+def test_knob_effect_median_is_the_true_median() -> None:
+    """An even count of points per value: the median is the mean of the middle two (it
+    was the upper one: 3.0 for 1, 2, 3, 4)."""
+    from prefillkit.app.sweep.render import knob_effect
+
+    view = _view(
+        [(f"p{i}", {"rate": 1.0}, p99, 100.0) for i, p99 in enumerate([4.0, 1.0, 3.0, 2.0])]
+        + [("q0", {"rate": 2.0}, 5.0, 50.0), ("q1", {"rate": 2.0}, 7.0, 50.0)]
+        + [("r0", {"rate": 3.0}, 1.0, 10.0)]
+    )
+    got = knob_effect(view, "rate", [1.0, 2.0, 3.0, 4.0])
+    assert [m for _, m in got[:3]] == [2.5, 6.0, 1.0]
+    assert sorted(got[0][0]) == [1.0, 2.0, 3.0, 4.0]
+    assert got[3][0] == [] and np.isnan(got[3][1])
+
+
+def test_pareto_labels_of_close_points_do_not_overlap() -> None:
+    """A capacity search's probes crowd the front near the limit: their labels are moved
+    apart (with one fixed offset, every label of the cluster sat on the next)."""
+    from prefillkit.app.sweep.render import pareto_figure
+
+    cluster = [(f"c{i}", {"rate": 10.0 + i * 0.01}, 1.0 + i * 0.002, 1000.0 + i) for i in range(8)]
+    spread = [("far0", {"rate": 1.0}, 0.1, 100.0), ("far1", {"rate": 50.0}, 9.0, 5000.0)]
+    view = _view(cluster + spread)
+    fig = pareto_figure(view)
+    renderer = fig.canvas.get_renderer()
+    (ax,) = fig.axes
+    labels = [t for t in ax.texts if t.get_text().startswith("#")]
+    assert sorted(int(t.get_text()[1:]) for t in labels) == list(range(1, 11))
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not a.overlaps(b), (a, b)
+    # Each label stays near its point (within the offsets tried: 12 rows of 10 points).
+    for t in labels:
+        px, py = ax.transData.transform(t.xy)
+        box = t.get_window_extent(renderer)
+        near_x = min(abs(box.x0 - px), abs(box.x1 - px)) < 20 * fig.dpi / 72
+        near_y = min(abs(box.y0 - py), abs(box.y1 - py)) < 130 * fig.dpi / 72
+        assert near_x and near_y, (t.get_text(), box, px, py)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -417,3 +418,91 @@ def test_stats_prefix_rule_is_honest() -> None:
     assert st.requests_all_hit == 1 and st.requests_with_hit == 2
     plain = trace_stats([_rec("x", 0.0, 1000), _rec("y", 2.0, 1000)])
     assert plain.block_hit_rate == 0.0 and plain.total_blocks == 4 and plain.mean_rate == 1.0
+
+
+# --------------------------------------------------------------------------- issue 33 item 9
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    from prefillkit.cli import run
+
+    code = run(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_bailian_block_size_zero_in_the_name_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``..._blksz_0.jsonl`` states an impossible block size: one line naming the file
+    (it was read with block size 16 without a word); --block-size still overrides it."""
+    path = tmp_path / "qwen_traceA_blksz_0.jsonl"
+    path.write_text(
+        '{"chat_id": 1, "timestamp": 0.0, "input_length": 16, "output_length": 4, '
+        '"hash_ids": [1]}\n'
+    )
+    with pytest.raises(WorkloadError, match="blksz_0") as info:
+        list(iter_bailian(path))
+    assert info.value.path == str(path) and info.value.line is None
+    code, _, err = _cli(capsys, "trace-stats", str(path))
+    assert code == 2
+    assert err.splitlines() == [
+        f"prefillkit: error: {path}: the file name states block size 'blksz_0': expected 1 "
+        "to 999,999,999 tokens per block (rename the file or give --block-size N)"
+    ]
+    assert [r.block_size for r in iter_bailian(path, block_size=16)] == [16]
+    code, _, err = _cli(capsys, "trace-stats", str(path), "--block-size", "16", "--json")
+    assert code == 0, err
+
+
+def test_generate_note_and_trace_stats_report_one_hit_rate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gsp prompts are token ids: generate's note (75.00 %, 512-token blocks) and
+    trace-stats (88.24 %, 64-token pages) cut them differently; now one function and one
+    block size give one figure."""
+    out = tmp_path / "gsp.jsonl"
+    code, _, err = _cli(capsys, "generate", "--generator", "gsp", "-o", str(out))
+    assert code == 0, err
+    note = re.search(r"ideal hit rate ([0-9.]+ %) by blocks", err)
+    assert note is not None, err
+    code, doc, err = _cli(capsys, "trace-stats", str(out), "--json")
+    assert code == 0, err
+    assert note.group(1) == f"{json.loads(doc)['block_hit_rate'] * 100:.2f} %"
+    assert note.group(1) == "88.24 %"
+
+
+def test_trace_stats_lru_table_weighted_as_the_ideal_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The ideal table leads with the block-weighted rate; the LRU table gives the same
+    weighting (and says so): a cache larger than the trace equals the ideal "never shared"
+    rows, blocks and tokens."""
+    rows = [
+        {"arrival_s": 0.0, "output_len": 1, "hash_ids": [1, 2, 3], "block_size": 64,
+         "input_len": 150},
+        {"arrival_s": 1.0, "output_len": 1, "hash_ids": [1, 2, 4, 5], "block_size": 64,
+         "input_len": 256},
+        {"arrival_s": 2.0, "output_len": 1, "hash_ids": [1, 2, 4, 5, 6], "block_size": 64,
+         "input_len": 257},
+        {"arrival_s": 3.0, "output_len": 1, "input_len": 500},
+        {"arrival_s": 4.0, "output_len": 1, "tokens": list(range(200))},
+        {"arrival_s": 5.0, "output_len": 1, "tokens": list(range(130))},
+    ]  # fmt: skip
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ("trace-stats", str(path), "--lru-cache-tokens", "1000000", "--lru-cache-tokens", "256")
+    code, doc, err = _cli(capsys, *args, "--json")
+    assert code == 0, err
+    stats = json.loads(doc)
+    huge, small = stats["lru"]
+    assert huge["block_hit_rate"] == pytest.approx(stats["block_hit_rate_no_partial"])
+    assert huge["hit_rate"] == pytest.approx(stats["token_hit_rate_no_partial"])
+    assert huge["total_blocks"] == stats["total_blocks"]
+    assert huge["block_hit_rate"] != huge["hit_rate"]  # the two weightings differ here
+    assert 0 <= small["block_hit_rate"] <= huge["block_hit_rate"]
+    code, text, err = _cli(capsys, *args)
+    assert code == 0, err
+    flat = " ".join(text.split())
+    assert "LRU prefix cache hit rate, by blocks and by tokens" in flat
+    assert f"{huge['block_hit_rate'] * 100:.2f} %" in flat.split("LRU prefix cache")[1]

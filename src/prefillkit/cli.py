@@ -27,11 +27,14 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -118,7 +121,7 @@ from prefillkit.workloads.options import (
 )
 from prefillkit.workloads.record import to_request
 from prefillkit.workloads.replay import FORMATS, ReplayOptions, detect_format, load_records
-from prefillkit.workloads.stats import trace_stats
+from prefillkit.workloads.stats import TOKEN_BLOCK_SIZE, trace_stats
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -209,19 +212,23 @@ SGLANG_NOTES: list[tuple[str, str]] = [
     ("--flag VALUE, --flag=VALUE", "Every config flag; 'none' sets an optional value to unset."),
     ("--flag, --no-flag", "Booleans; also --flag=false or --flag true|false."),
     ("--tp, --tensor-parallel-size", "Aliases of --tp-size."),
-    ("--attn-cp-size", "Alias of --cp-size."),
+    ("--attn-cp-size, --attention-context-parallel-size", "Aliases of --cp-size."),
+    ("--enable-hicache", "Alias of --enable-hierarchical-cache."),
+    ("--enable-ep-moe", "SGLang before 0.5: --ep-size equal to the line's --tp-size."),
     ("--disaggregation-mode prefill", "Same as --mode pd-prefill ('null' leaves --mode alone)."),
     ("--disable-priority-preemption", "Same as --enable-priority-preemption=false."),
     (
         "--host, --port, --trust-remote-code, ...",
-        "SGLang launch flags that do not affect admission are accepted and ignored "
-        "(listed on stderr), so a pasted launch command works.",
+        "Every SGLang 0.5.23 launch flag that does not affect admission is accepted and "
+        "ignored (listed on stderr), so a pasted launch command works, with its "
+        "'python3 -m sglang.launch_server' or 'sglang serve' prefix.",
     ),
     (
         "--enable-dp-attention, --dp N, ...",
         "Flags that change admission but are not modelled (DP attention, --disable-radix-"
         "cache, --enable-mixed-chunk, --hicache-storage-backend, --pp-size, "
-        "--max-queued-requests) are refused with one line saying why.",
+        "--max-queued-requests, ...; docs/launch_lines.md lists them) are refused with one "
+        "line saying why.",
     ),
 ]
 
@@ -345,6 +352,7 @@ def _summary_sections(metrics: dict[str, Any]) -> list[list[tuple[str, str]]]:
     sections = [
         rows(
             ("requests", _fmt_count),
+            ("arrived", _fmt_count),  # a stopped run's: those not arrived are not drawn
             ("completed", _fmt_count),
             ("rejected", _fmt_count),
             ("unfinished", _fmt_count),
@@ -416,6 +424,8 @@ def _ttft_quad(metrics: dict[str, Any], prefix: str) -> str:
 
 def _steady_rows(metrics: dict[str, Any]) -> list[tuple[str, str]]:
     """Console rows of the steady-state metrics (prefillkit.sim.steady); none if absent."""
+    from prefillkit.report.verdicts import overload_text
+
     if "window_s" not in metrics:
         return []
     start, end = metrics.get("steady_start_s"), metrics.get("steady_end_s")
@@ -432,21 +442,9 @@ def _steady_rows(metrics: dict[str, Any]) -> list[tuple[str, str]]:
     for cls in ("warm", "cold"):
         n = _fmt_count(metrics.get(f"{cls}_requests"))
         rows.append((f"{cls} TTFT p50/p90/p99/max ({n})", _ttft_quad(metrics, f"{cls}_ttft_")))
-    over = metrics.get("overloaded_windows") or []
-    flag = f"yes: windows {_window_ranges(over)}" if metrics.get("overloaded") else "no"
-    rows.append((f"overloaded ({metrics['window_s']:g} s windows)", flag))
+    # yes with its reason (compute-bound, memory-bound, drain), windows and drain
+    rows.append((f"overloaded ({metrics['window_s']:g} s windows)", overload_text(metrics)))
     return rows
-
-
-def _window_ranges(indices: list[int]) -> str:
-    """``[3, 4, 5, 9, 10]`` -> ``3-5, 9-10``."""
-    spans: list[list[int]] = []
-    for i in indices:
-        if spans and i == spans[-1][1] + 1:
-            spans[-1][1] = i
-        else:
-            spans.append([i, i])
-    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
 
 
 def print_summary_table(doc: dict[str, Any], *, wall_time_s: float | None = None) -> None:
@@ -486,6 +484,10 @@ def print_summary_table(doc: dict[str, Any], *, wall_time_s: float | None = None
     console.print(f"deployment: {deployment}", markup=False, highlight=False)
     console.print(_deployment_table(doc))
     console.print(table)
+    from prefillkit.report.verdicts import run_split_note
+
+    if note := run_split_note(metrics, cfg):  # a degenerate warm/cold split, with its rule
+        console.print(note, markup=False, highlight=False)
 
 
 # --------------------------------------------------------------------------- commands
@@ -867,7 +869,9 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     except ConfigError as exc:
         raise ConfigError(_unknown_flag_message(exc, ctx.command)) from None
     if resolved.ignored:
-        echo_err(f"ignored SGLang flags: {' '.join(dict.fromkeys(resolved.ignored))}")
+        from prefillkit.app.launch_flags import ignored_line
+
+        echo_err(ignored_line(resolved.ignored))
     spec = _workload_spec(ctx, params, resolved.file)
     cfg = with_stated_decode_rate(resolved.config, spec)
     quiet: bool = params["quiet"]
@@ -913,9 +917,13 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
         if skipped:
             _echo_skipped(spec.trace, skipped)
         try:
-            check_window_s(window_s, (r.arrival_time for r in workload.requests))
+            check_window_s(window_s, ())
         except ValueError as exc:
             raise InputError(f"--window-s: {exc}") from None
+        try:
+            check_window_s(window_s, (r.arrival_time for r in workload.requests))
+        except ValueError as exc:
+            raise InputError(_span_error(f"--window-s: {exc}", spec.trace)) from None
 
     writer: StreamingRunWriter | None = None
     timeline: StreamingTraceWriter | None = None
@@ -965,8 +973,8 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             )
         except (ConfigError, SimConfigError) as exc:
             # A deployment the simulator cannot build: name the --config file when the
-            # setting at fault comes from it.
-            raise type(exc)(resolved.blame(str(exc))) from None
+            # setting at fault comes from it (the trace, for its arrivals' span).
+            raise type(exc)(_span_error(resolved.blame(str(exc)), spec.trace)) from None
         except SpillError as exc:
             raise InputError(_os_reason(exc)) from None
         except OSError as exc:
@@ -1025,8 +1033,11 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     if result.partial:
         done = result.summary.get("completed", 0)
         where = f"; partial results written to {out}" if out is not None else ""
+        at = result.summary.get("sim_duration_s", 0.0)
         echo_err(
-            f"prefillkit: interrupted: stopped after {done:,} of {total:,} requests finished{where}"
+            f"prefillkit: interrupted at simulated {at:,.1f} s: "
+            f"{done:,} of the {total:,} requests that had arrived finished (those not yet "
+            f"arrived are not counted){where}"
         )
         ctx.exit(EXIT_INTERRUPTED)
 
@@ -1185,7 +1196,9 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
     except ConfigError as exc:
         raise ConfigError(_unknown_flag_message(exc, ctx.command)) from None
     if ignored:
-        echo_err(f"ignored SGLang flags: {' '.join(dict.fromkeys(ignored))}")
+        from prefillkit.app.launch_flags import ignored_line
+
+        echo_err(ignored_line(ignored))
     spec = _workload_spec(ctx, params, shared_file)
     out: str | None = params["out"]
     if params["write_html"] and out is None:
@@ -1209,9 +1222,9 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
     ]
     for pv in prepared:
         if pv.ignored:
-            echo_err(
-                f"variant {pv.name!r}: ignored SGLang flags: {' '.join(dict.fromkeys(pv.ignored))}"
-            )
+            from prefillkit.app.launch_flags import ignored_line
+
+            echo_err(f"variant {pv.name!r}: {ignored_line(pv.ignored)}")
     jobs: int = params["jobs"] or default_jobs(len(prepared))
     percentiles, slo_ttft_s = _latency_options(params)
     latency: dict[str, Any] = {"slo_ttft_s": slo_ttft_s}
@@ -1316,6 +1329,15 @@ def report_cmd(run_dir: str, output: str | None) -> None:
     click.echo(str(write_dir_report(run_dir, output)))
 
 
+def _span_error(message: str, trace: str | None) -> str:
+    """``message``, led by the trace's path when it is the arrival-span error of
+    --window-s (the trace's arrivals, rescaled by --rate / --time-scale, are at fault as
+    much as the window)."""
+    if trace is None or not message.startswith("--window-s: ") or " arriv" not in message:
+        return message
+    return f"{trace}: {message}"
+
+
 GENERATE_HELP = """Write a built-in workload as a prefillkit JSONL trace.
 
 Runs the generator chosen as for replay (--generator, the --agentic-* / --gsp-* options,
@@ -1379,10 +1401,12 @@ def generate_cmd(ctx: click.Context, /, **params: Any) -> None:
     except OSError as exc:
         raise InputError(f"--output {output}: cannot write: {_os_reason(exc)}") from None
     if not params["quiet"]:
-        stats = trace_stats(records)
+        # The figure trace-stats reports for the file: same function, same token blocks.
+        stats = trace_stats(records, token_block_size=TOKEN_BLOCK_SIZE)
         echo_err(
             f"wrote {len(records):,} requests to {output} (generator {generator}, seed {seed}; "
-            f"span {stats.span_s:,.1f} s; ideal hit rate {_fmt_pct(stats.block_hit_rate)})"
+            f"span {stats.span_s:,.1f} s; ideal hit rate {_fmt_pct(stats.block_hit_rate)} "
+            "by blocks, as trace-stats reports it)"
         )
 
 
@@ -1404,7 +1428,7 @@ def generate_cmd(ctx: click.Context, /, **params: Any) -> None:
 @click.option(
     "--page-size",
     type=click.IntRange(min=1),
-    default=64,
+    default=TOKEN_BLOCK_SIZE,
     show_default=True,
     help="KV page size of the LRU cache; token prompts are cut into blocks of this size.",
 )
@@ -1429,7 +1453,9 @@ def trace_stats_cmd(
 
     --lru-cache-tokens N replays the requests in order through an LRU prefix cache of
     N tokens (pages of --page-size, key units of lcm(page, block) tokens) and reports
-    the token-weighted hit rate.
+    its hit rate weighted as the ideal one, by blocks and by tokens (a paged cache never
+    shares a partial last block: a cache larger than the trace gives the "never shared"
+    rows).
     """
     from rich.table import Table
 
@@ -1446,8 +1472,10 @@ def trace_stats_cmd(
     lru = []
     if lru_cache_tokens:
         requests = [to_request(r, page_size) for r in records]
+        # Blocks as trace_stats counts them: hash blocks, else page-size blocks.
+        blocks = [r.block_size if r.block_size is not None else page_size for r in records]
         try:
-            lru = [lru_hit_rate(requests, n, page_size) for n in lru_cache_tokens]
+            lru = [lru_hit_rate(requests, n, page_size, blocks) for n in lru_cache_tokens]
         except SimConfigError as exc:
             raise InputError(f"--lru-cache-tokens: {exc}") from None
         for req in requests:  # free the key chains early
@@ -1517,16 +1545,23 @@ def trace_stats_cmd(
     console.print(ideal)
 
     if lru:
+        # Weighted as the ideal table, blocks first; a paged cache never shares a partial
+        # last block, so a cache larger than the trace gives the "never shared" rows.
         lru_table = Table(
-            title=f"LRU prefix cache (page {page_size}, key unit {lru[0].key_tokens} tokens)",
+            title=f"LRU prefix cache hit rate, by blocks and by tokens, partial last block "
+            f"never shared (page {page_size}, key unit {lru[0].key_tokens} tokens)",
             header_style="bold",
         )
         lru_table.add_column("cache tokens", justify="right", no_wrap=True)
-        lru_table.add_column("hit rate (tokens)", justify="right", no_wrap=True)
+        lru_table.add_column("blocks", justify="right", no_wrap=True)
+        lru_table.add_column("tokens", justify="right", no_wrap=True)
         lru_table.add_column("larger than cache", justify="right", no_wrap=True)
         for r in lru:
             lru_table.add_row(
-                f"{r.cache_tokens:,}", _fmt_pct(r.hit_rate), f"{r.oversized_requests:,}"
+                f"{r.cache_tokens:,}",
+                _fmt_pct(r.block_hit_rate),
+                _fmt_pct(r.hit_rate),
+                f"{r.oversized_requests:,}",
             )
         console.print(lru_table)
 
@@ -1874,17 +1909,53 @@ def _error(message: str) -> None:
     echo_err(f"prefillkit: error: {one_line(message)}")
 
 
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (``timeout``, a job scheduler) acts as Ctrl-C while a command runs: a
+    replay stops and writes its partial results (app/replay.py stop_on_sigint), any
+    other command stops as on ``KeyboardInterrupt``. Main thread only.
+
+    NOTE: it is passed on as a SIGINT where Python's own handler has that: held back
+    where a command blocks SIGINT (compare forks its workers so; an exception raised in
+    a handler that runs within a fork is lost). A process forked meanwhile (compare's
+    and sweep's workers) inherits the handler: there SIGTERM ends the process, as it did
+    before (a worker that swallowed it outlived its parent's terminate(): 5 s each)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pid = os.getpid()
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != pid:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.raise_signal(signal.SIGINT)
+            return
+        raise KeyboardInterrupt  # NOTE: SIGINT ignored (a background job's)
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code (errors mapped to one line and code 2)."""
     debug = os.environ.get("PREFILLKIT_DEBUG", "") not in ("", "0")
     try:
-        rv = cli.main(
-            args=list(argv) if argv is not None else None,
-            prog_name="prefillkit",
-            standalone_mode=False,
-        )
+        with _sigterm_interrupts():
+            rv = cli.main(
+                args=list(argv) if argv is not None else None,
+                prog_name="prefillkit",
+                standalone_mode=False,
+            )
     except (click.exceptions.Abort, KeyboardInterrupt):
-        echo_err("prefillkit: interrupted")
+        echo_err(
+            "prefillkit: interrupted: nothing more written (every output is a whole file, "
+            "the previous one or none; an --out folder a whole set)"
+        )
         return EXIT_INTERRUPTED
     except click.ClickException as exc:
         _error(exc.format_message())

@@ -49,20 +49,22 @@ def wants_helpers() -> bool:
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Make this (helper) process get SIGKILL when its parent ends (Linux's
-    ``PR_SET_PDEATHSIG``; elsewhere a no-op), and exit at once if the parent
+def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
+    """Make this (helper) process get ``sig`` (default SIGKILL) when its parent ends
+    (Linux's ``PR_SET_PDEATHSIG``; elsewhere a no-op), and exit at once if the parent
     ``parent_pid`` has already gone (it may die between the fork and this call).
 
-    NOTE: the signal follows the thread that forked; prefillkit forks helpers only from
-    a single-threaded process (prefillkit.app.prefetch.can_fork).
+    NOTE: the signal follows the thread that forked; prefillkit starts helpers only from
+    a single-threaded process (prefillkit.app.prefetch.can_fork) or from its main
+    thread (the row writer). Elsewhere, a helper notices its parent's end through its
+    pipes: a write to a pipe nobody reads fails (EPIPE), a read gets the end of input.
     """
     if sys.platform.startswith("linux"):
         import ctypes
 
         try:
             libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
         except (OSError, AttributeError):
             pass  # no prctl: the closed pipe ends still stop the helper
     if os.getppid() != parent_pid:

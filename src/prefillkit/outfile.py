@@ -62,6 +62,10 @@ def resolve_output(path: str | os.PathLike[str]) -> tuple[Path, bool]:
     raise _refused(given, f"is {kind}")
 
 
+def _open_existing(path: str, flags: int) -> int:
+    return os.open(path, flags & ~(os.O_TRUNC | os.O_CREAT))
+
+
 class OutputFile:
     """One output being written: ``fh`` is open for writing; :meth:`commit` completes it
     (renamed into place, or flushed to the device / FIFO), :meth:`discard` drops it.
@@ -83,11 +87,14 @@ class OutputFile:
         self.part: Path | None = None if self.in_place else temp_path(self.target, suffix)
         where = self.target if self.part is None else self.part
         mode = "w" if self.in_place else "x"
+        # In place: neither O_TRUNC nor O_CREAT (a device or FIFO is opened as it is; one
+        # that vanished since the check is an error, never a new regular file).
+        opener = _open_existing if self.in_place else None
         try:
             if binary:
-                self.fh: IO[Any] = open(where, mode + "b")
+                self.fh: IO[Any] = open(where, mode + "b", opener=opener)
             else:
-                self.fh = open(where, mode, encoding="utf-8", newline=newline)
+                self.fh = open(where, mode, encoding="utf-8", newline=newline, opener=opener)
         except OSError as exc:
             raise self.named(exc) from None
         self._open = True
@@ -113,6 +120,9 @@ class OutputFile:
         except OSError as exc:
             self.discard()
             raise self.named(exc) from None
+        except BaseException:  # Ctrl-C mid-commit: no temporary left either
+            self.discard()
+            raise
 
     def discard(self) -> None:
         """Close and remove the temporary file (nothing to do after :meth:`commit`)."""

@@ -665,6 +665,8 @@ def _read_compare(path: Path) -> dict[str, Any]:
         raise InputError(
             f"corrupt {path.name} (invalid JSON at line {exc.lineno}, column {exc.colno}): {path}"
         ) from None
+    except RecursionError:
+        raise InputError(f"corrupt {path.name} (JSON nested too deeply): {path}") from None
     variants = data.get("variants") if isinstance(data, dict) else None
     if not isinstance(variants, list) or not variants:
         raise InputError(f"corrupt {path.name} (no 'variants' list): {path}")

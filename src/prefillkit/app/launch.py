@@ -180,7 +180,7 @@ def _sglang_fraction(
     does not resolve (the run's own check names it). ``--attn-cp-size > 1`` and two-batch
     overlap turn SGLang's prefill graph off, ``--disable-cuda-graph`` both graphs. DeepEP's
     reserve is never added: ``--moe-a2a-backend`` is accepted and ignored, its value
-    dropped (:data:`~prefillkit.app.settings.IGNORED_FLAGS`)."""
+    dropped (:mod:`~prefillkit.app.launch_flags`)."""
     try:
         model = resolve_model(
             str(_given(given, "model")).strip().lower(),

@@ -12,7 +12,16 @@ file and line) is raised in the parent when its iteration reaches it, after the 
 before it; the rows a trace reader skipped arrive with the batch they were read with.
 
 The pipe's bounded buffer is the look-ahead: the child blocks once about one batch is
-ahead, so memory stays that of a few hundred requests.
+ahead, so memory stays that of a few hundred requests. A run that stops early (Ctrl-C)
+kills the child: the requests not yet read are never generated.
+
+The child ends with its parent: SIGKILL when the parent ends (Linux's
+``PR_SET_PDEATHSIG``, :func:`prefillkit.helpers.die_with_parent`), and, should that not
+come, a write into a pipe nobody reads fails (only the parent holds the read end) and
+the parent's process id is checked between batches. Its stdout is ``/dev/null``: it
+never holds open a pipe the run writes into (``prefillkit replay | cat``). Signals sent
+to all of a run's processes (a terminal's Ctrl-C, ``timeout``'s SIGTERM, a job
+scheduler's) are ignored: the parent stops the run and then the child.
 
 NOTE: the child is forked, so it starts in a millisecond with the parent's state as it
 is (the trace open, the generator's draws so far) and imports nothing. A fork is only
@@ -25,12 +34,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import multiprocessing
+import multiprocessing.util
 import os
 import pickle
 import signal
 import sys
 import threading
-import weakref
 from array import array
 from collections.abc import Generator, Iterator
 from multiprocessing.connection import Connection
@@ -45,6 +54,8 @@ __all__ = ["RequestPrefetcher", "can_fork", "request_args"]
 #: Requests per message (about 100 KB pickled for agentic prompts of ~2,500 tokens).
 _BATCH = 256
 _PICKLE = pickle.HIGHEST_PROTOCOL
+#: Signals the child ignores (the parent's: it stops the run, then the child).
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def request_args(req: Request) -> tuple[Any, ...]:
@@ -93,21 +104,26 @@ class RequestPrefetcher:
             name="prefillkit-workload",
             daemon=True,
         )
-        # NOTE: the child ignores SIGINT from its first instruction (a terminal's Ctrl-C
-        # reaches the whole process group; the run it stops still reads the workload).
-        main = threading.current_thread() is threading.main_thread()
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        # NOTE: the child starts with SIGINT and SIGTERM blocked, until it ignores them
+        # (_serve): a signal to the whole process group (a terminal's Ctrl-C, timeout's
+        # SIGTERM) stops the run, which then stops the child (SIGKILL, _stop); killed
+        # by it, the child would cut a message in two. The parent gets a signal that
+        # came meanwhile once they are unblocked, its stop of the child in place.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         try:
             self._proc.start()
+            # NOTE: multiprocessing's exit hook terminates (SIGTERM: ignored) and joins
+            # daemonic children after the finalizers of priority >= 0: this one kills it.
+            self._stop = multiprocessing.util.Finalize(
+                self, _stop, args=(self._proc, conn), exitpriority=0
+            )
         finally:
-            if main:
-                signal.signal(signal.SIGINT, old)
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         child_conn.close()
         # The parent's copy of the iterator is the child's now: close it here.
         close = getattr(records, "close", None)
         if close is not None:
             close()
-        self._stop = weakref.finalize(self, _stop, self._proc, conn)
         self._it: Generator[Request, None, None] = self._requests()
 
     def __iter__(self) -> Iterator[Request]:
@@ -121,7 +137,7 @@ class RequestPrefetcher:
             while True:
                 try:
                     message = pickle.loads(self._conn.recv_bytes())
-                except EOFError:
+                except (EOFError, OSError):  # OSError: the end came within a message
                     self._proc.join()
                     raise HelperError(
                         f"the workload process exited with code {self._proc.exitcode} "
@@ -156,9 +172,10 @@ class RequestPrefetcher:
 
 
 def _stop(proc: multiprocessing.process.BaseProcess, conn: Connection) -> None:
+    """Kill the child (it ignores SIGTERM; it holds nothing to clean up) and reap it."""
     conn.close()
     if proc.is_alive():
-        proc.terminate()
+        proc.kill()
     proc.join()
 
 
@@ -192,6 +209,16 @@ def _message(batch: list[Request]) -> tuple[Any, ...]:
     return ("keyed", keys.tobytes(), offsets, rest)
 
 
+def _release_stdout() -> None:
+    """Point this process's stdout at ``/dev/null`` (nothing in the child writes to it;
+    the parent's stdout may be a pipe whose reader waits for its end)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+
+
 def _serve(
     records: Iterator[TraceRecord],
     page_size: int,
@@ -202,13 +229,16 @@ def _serve(
 ) -> None:
     """The child: build the requests, send them a batch at a time, then the end (or the
     error the records raised); stop quietly if the parent has gone."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # NOTE: Ctrl-C is the parent's
+    for sig in _STOP_SIGNALS:  # NOTE: the parent's (module docstring)
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     # NOTE: the child dies with its parent (a kill -9 of the run must not leave it
     # blocked in a write, holding the run's stdout and stderr): SIGKILL on the parent's
     # death where Linux offers it, and the read end closed here so that a write to a
     # parent that has gone fails (EPIPE) instead of blocking.
     parent_end.close()
     die_with_parent(parent_pid)
+    _release_stdout()
     # NOTE: what the child inherited stays out of its collector's generations: a pass
     # over it would cost time and write to every inherited object's header, copying
     # each page the child shares with the parent.
@@ -223,6 +253,8 @@ def _serve(
         return rows
 
     def send_batch() -> None:
+        if os.getppid() != parent_pid:  # NOTE: the parent is gone (no prctl here)
+            raise BrokenPipeError
         conn.send_bytes(pickle.dumps((*_message(batch), new_skipped()), _PICKLE))
         batch.clear()
 

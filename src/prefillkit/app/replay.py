@@ -16,11 +16,13 @@ value that is neither a config field nor a trace problem).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
 import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -457,11 +459,20 @@ def _check_key_units(requests: Sequence[Request], path: str, page_size: int) -> 
 # --------------------------------------------------------------------------- replay
 
 
+#: The signals that stop a run and keep its partial results (a terminal's Ctrl-C; the
+#: polite kill of ``timeout`` and of job schedulers).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Said at once when the first of them arrives.
+STOPPING_LINE = (
+    "prefillkit: stopping: writing the partial results (Ctrl-C again: stop without writing)"
+)
+
+
 @contextmanager
 def stop_on_sigint(engine: Engine) -> Iterator[None]:
-    """While active, the first SIGINT sets ``engine.stop_requested`` (the run then ends
-    with a partial result); a second one raises ``KeyboardInterrupt``. Does nothing
-    outside the main thread."""
+    """While active, the first SIGINT or SIGTERM sets ``engine.stop_requested`` (the run
+    then ends at its next event with a partial result) and says so at once on stderr; a
+    second one raises ``KeyboardInterrupt``. Does nothing outside the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -470,12 +481,16 @@ def stop_on_sigint(engine: Engine) -> Iterator[None]:
         if engine.stop_requested:
             raise KeyboardInterrupt
         engine.stop_requested = True
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(STOPPING_LINE + "\n")
+            sys.stderr.flush()
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 class _ProgressBar:
@@ -589,7 +604,9 @@ def _nothing() -> Iterator[None]:
 
 @dataclass(frozen=True, slots=True)
 class LruHitRate:
-    """Token-weighted hit rate of a size-limited LRU prefix cache (see :func:`lru_hit_rate`)."""
+    """Hit rate of a size-limited LRU prefix cache (see :func:`lru_hit_rate`): token
+    weighted (``hit_rate``) and, when the requests' block sizes were given, block weighted
+    (``block_hit_rate``, as ``trace-stats``' ideal hit rate)."""
 
     cache_tokens: int
     page_size: int
@@ -597,10 +614,16 @@ class LruHitRate:
     hit_tokens: int
     total_tokens: int
     oversized_requests: int  # requests larger than the whole cache (all misses)
+    hit_blocks: int = 0
+    total_blocks: int = 0
 
     @property
     def hit_rate(self) -> float:
         return self.hit_tokens / self.total_tokens if self.total_tokens else 0.0
+
+    @property
+    def block_hit_rate(self) -> float:
+        return self.hit_blocks / self.total_blocks if self.total_blocks else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -610,18 +633,30 @@ class LruHitRate:
             "hit_rate": self.hit_rate,
             "hit_tokens": self.hit_tokens,
             "total_tokens": self.total_tokens,
+            "block_hit_rate": self.block_hit_rate,
+            "hit_blocks": self.hit_blocks,
+            "total_blocks": self.total_blocks,
             "oversized_requests": self.oversized_requests,
         }
 
 
-def lru_hit_rate(requests: Sequence[Request], cache_tokens: int, page_size: int) -> LruHitRate:
+def lru_hit_rate(
+    requests: Sequence[Request],
+    cache_tokens: int,
+    page_size: int,
+    block_tokens: Sequence[int] | None = None,
+) -> LruHitRate:
     """Replay ``requests`` in order through an LRU prefix cache of ``cache_tokens`` tokens.
 
     Per request: match its whole key chain, lock the match, allocate pages for the missing
     key units (evicting LRU entries), insert them and unlock. A request whose missing
     units do not fit even in an empty-enough cache counts all its misses and is not
-    inserted. The rate is token weighted: matched units × key-unit tokens over all prompt
-    tokens (a partial last unit never hits). No host tier, no concurrency.
+    inserted. ``hit_rate`` is token weighted: matched units × key-unit tokens over all
+    prompt tokens (a partial last unit never hits). With ``block_tokens`` (each request's
+    block size: its hash blocks', else the page size) the hits are also counted in blocks:
+    ``block_hit_rate`` is matched blocks over ``ceil(input / block)`` blocks, the
+    weighting of ``trace-stats``' ideal hit rate (a matched key unit is ``key_tokens /
+    block`` blocks). No host tier, no concurrency.
     """
     pages = cache_tokens // page_size
     if pages < 1:
@@ -631,15 +666,20 @@ def lru_hit_rate(requests: Sequence[Request], cache_tokens: int, page_size: int)
     key_tokens = key_tokens_of(list(requests), page_size)
     cache = PrefixCache(KVPool(pages, page_size, 1), key_tokens)
     unit_pages = cache.unit_pages
-    hit = total = oversized = 0
-    for req in requests:
+    hit = total = oversized = hit_blocks = total_blocks = 0
+    for i, req in enumerate(requests):
         total += req.input_len
+        block = 0 if block_tokens is None else block_tokens[i]
+        if block:
+            total_blocks += -(-req.input_len // block)
         keys = req.keys
         units = len(keys)
         if units == 0:
             continue
         m = cache.match(keys, units)
         hit += m.units * key_tokens
+        if block:
+            hit_blocks += m.units * key_tokens // block
         node = cache.lock(m.node, m.units)
         cache.commit()  # NOTE: a use: the unlock below refreshes LRU order even on a full hit
         if m.units < units:
@@ -650,4 +690,6 @@ def lru_hit_rate(requests: Sequence[Request], cache_tokens: int, page_size: int)
                 continue
             node = cache.insert(node, keys, m.units, units)
         cache.unlock(node)
-    return LruHitRate(cache_tokens, page_size, key_tokens, hit, total, oversized)
+    return LruHitRate(
+        cache_tokens, page_size, key_tokens, hit, total, oversized, hit_blocks, total_blocks
+    )

@@ -33,7 +33,8 @@ trips a stale value.
 Sources: :func:`read_config_file` (the one TOML reader: keys with ``_`` or ``-``, top
 level or a ``[prefillkit]`` table, plus the file's ``[workload]`` table for the workload
 options), :func:`parse_flags` (SGLang-spelled command-line flags, with a few SGLang
-aliases and a list of SGLang launch flags that are accepted and ignored) and
+aliases; every other SGLang 0.5.23 launch flag is ignored or refused as
+:mod:`prefillkit.app.launch_flags` classifies it) and
 :meth:`Config.from_sources` (file first, flags override).
 """
 
@@ -50,6 +51,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefillkit.app.launch_flags import (
+    consume_launch_flag,
+    strip_launch_prefix,
+    suggest_launch_flag,
+)
 from prefillkit.models import (
     MODELS,
     ModelConfigError,
@@ -610,6 +616,8 @@ def read_model_config(path: str | Path, flag: str, name: str | None = None) -> M
         raise ConfigError(f"{flag} {file}: cannot read: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"{flag} {file}: not a JSON config: {_one_line(str(exc))}") from None
+    except RecursionError:
+        raise ConfigError(f"{flag} {file}: not a JSON config: nested too deeply") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{flag} {file}: expected a JSON object (a Hugging Face config.json)")
     if name is None:
@@ -661,6 +669,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except ValueError as exc:  # TOMLDecodeError, or an integer over Python's digit limit
         raise ConfigError(f"{path}: invalid TOML: {_one_line(str(exc))}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays / tables
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -735,91 +745,30 @@ _ALIASES: dict[str, str] = {
     "--ep": "ep_size",
     "--expert-parallel-size": "ep_size",
     "--attn-cp-size": "cp_size",
+    "--attention-context-parallel-size": "cp_size",
+    "--enable-hicache": "enable_hierarchical_cache",
 }
 
-#: SGLang launch flags accepted and ignored (they do not affect admission): flag → takes value.
-IGNORED_FLAGS: dict[str, bool] = {
-    "--tokenizer-path": True,
-    "--host": True,
-    "--port": True,
-    "--trust-remote-code": False,
-    "--served-model-name": True,
-    "--dist-init-addr": True,
-    "--nnodes": True,
-    "--node-rank": True,
-    "--log-level": True,
-    "--disable-cuda-graph": False,
-    "--cuda-graph-max-bs": True,
-    "--moe-a2a-backend": True,
-    "--attention-backend": True,
-    "--speculative-algorithm": True,
-    "--speculative-num-steps": True,
-    "--speculative-eagle-topk": True,
-    "--speculative-num-draft-tokens": True,
-    "--disaggregation-transfer-backend": True,
-    "--disaggregation-ib-device": True,
-    "--watchdog-timeout": True,
-    "--context-length": True,
-    "--quantization": True,
-}
-
-_IGNORED_FLAGS = IGNORED_FLAGS
-
-#: SGLang launch flags that change admission but are not modelled: refused with the reason
-#: (flag → (takes a value, reason)). A data-parallel size of 1 is accepted (and ignored).
-REFUSED_FLAGS: dict[str, tuple[bool, str]] = {
-    "--enable-dp-attention": (
-        False,
-        "DP attention runs one scheduler per DP rank, and data-parallel replicas are not "
-        "modelled; leave it out to simulate one rank's scheduler",
-    ),
-    "--dp": (True, "data-parallel replicas (one scheduler each) are not modelled"),
-    "--dp-size": (True, "data-parallel replicas (one scheduler each) are not modelled"),
-    "--data-parallel-size": (True, "data-parallel replicas (one scheduler each) are not modelled"),
-    "--disable-radix-cache": (
-        False,
-        "a no-prefix-cache mode is not modelled (prefillkit always runs the radix cache)",
-    ),
-    "--enable-mixed-chunk": (
-        False,
-        "mixing decode tokens into prefill batches is not modelled",
-    ),
-    "--hicache-storage-backend": (
-        True,
-        "HiCache's storage (L3) tier is not modelled; the host (L2) tier is "
-        "(--enable-hierarchical-cache)",
-    ),
-    "--pp-size": (True, "pipeline parallelism is not modelled"),
-    "--pipeline-parallel-size": (True, "pipeline parallelism is not modelled"),
-    "--max-queued-requests": (True, "a waiting-queue length limit is not modelled"),
-}
-_DP_FLAGS: frozenset[str] = frozenset({"--dp", "--dp-size", "--data-parallel-size"})
-
-_SPECIAL_FLAGS: tuple[str, ...] = ("--disaggregation-mode", "--disable-priority-preemption")
+_SPECIAL_FLAGS: tuple[str, ...] = (
+    "--disaggregation-mode",
+    "--disable-priority-preemption",
+    "--enable-ep-moe",
+)
 _TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
 _FALSE_WORDS = frozenset({"false", "0", "no", "off"})
 
 
 def suggest_flag(flag: str, also_accepted: typing.Iterable[str] = ()) -> str:
-    """``" (did you mean '--x'?)"`` for an unknown ``flag``, or ``""``.
-
-    Only a flag that sets something is suggested (:func:`accepted_flags` plus
-    ``also_accepted``, e.g. the command's own options), and only when it is the closest
-    of every flag known, ignored and refused ones included: a misspelt
-    ``--disable-radix-cache`` is not sent to ``--enable-hierarchical-cache``.
-    """
-    accepted = [*accepted_flags(), *also_accepted]
-    hint = _suggest(flag, [*accepted, *IGNORED_FLAGS, *REFUSED_FLAGS])
-    if not hint:
-        return ""
-    best = hint.split("'")[1]
-    return hint if best in accepted else ""
+    """``" (did you mean '--x'?)"`` for an unknown ``flag``, or ``""``: the closest of the
+    flags that set something (:func:`accepted_flags` plus ``also_accepted``, e.g. the
+    command's own options) and SGLang's launch flags, unless it is a refused one
+    (:func:`~prefillkit.app.launch_flags.suggest_launch_flag`)."""
+    return suggest_launch_flag(flag, [*accepted_flags(), *also_accepted])
 
 
 def accepted_flags() -> list[str]:
-    """The flags that set something (config fields, SGLang aliases, the special
-    spellings): the only candidates of a "did you mean" (never an ignored or refused
-    flag)."""
+    """The flags that set something: config fields, SGLang aliases, the special
+    spellings."""
     return [*_FLAG_TO_FIELD, *_ALIASES, *_SPECIAL_FLAGS]
 
 
@@ -862,14 +811,21 @@ def parse_flags(argv: list[str], *, allow_repeats: bool = False) -> ParsedFlags:
     ``--flag true|false`` or ``--no-flag``. ``none``/``null`` sets an optional field to None.
     Aliases: ``--tp``/``--tensor-parallel-size`` → tp_size, ``--attn-cp-size`` → cp_size,
     ``--disaggregation-mode prefill`` → mode pd-prefill (``null`` leaves mode alone),
-    ``--disable-priority-preemption`` → enable_priority_preemption false. Values are typed
+    ``--disable-priority-preemption`` → enable_priority_preemption false, ``--enable-ep-moe``
+    (SGLang before 0.5) → ep_size = the line's TP size. Every other SGLang 0.5.23 flag is
+    ignored (listed in ``ignored``, its values consumed) or refused, as
+    :mod:`~prefillkit.app.launch_flags` classifies it; a pasted ``python3 -m
+    sglang.launch_server`` / ``sglang serve`` prefix is taken off first
+    (:func:`~prefillkit.app.launch_flags.strip_launch_prefix`). Values are typed
     but not range-checked (``Config`` does that). A setting given twice, by the same flag
     or by two spellings of it (``--tp 4 --tp-size 8``), is refused naming both, unless
     ``allow_repeats`` (layered flags, e.g. a compare variant's on top of the shared ones:
     then the last occurrence wins).
     """
+    argv = strip_launch_prefix(argv)
     result = ParsedFlags()
     given: dict[str, str] = {}
+    ep_moe = False
 
     def put(name: str, flag: str, value: object) -> None:
         if not allow_repeats and name in given:
@@ -940,24 +896,23 @@ def parse_flags(argv: list[str], *, allow_repeats: bool = False) -> ParsedFlags:
                     "(prefillkit models the prefill side: use prefill or null)"
                 )
             continue
-        if flag in _IGNORED_FLAGS:
-            if _IGNORED_FLAGS[flag]:
-                take_value()
-            elif has_inline:
+        if flag == "--enable-ep-moe":  # SGLang < 0.5: EP over the whole TP group
+            if has_inline:
                 raise ConfigError(f"{flag}: takes no value")
-            result.ignored.append(flag)
+            ep_moe = True
             continue
-        if flag in REFUSED_FLAGS:
-            takes_value, reason = REFUSED_FLAGS[flag]
-            if takes_value:
-                text = take_value()
-                if flag in _DP_FLAGS and text.strip() == "1":
-                    result.ignored.append(flag)  # one replica: what is modelled
-                    continue
-            elif has_inline and _parse_bool(flag, inline) is False:
-                continue  # --flag=false: the default, nothing to refuse
-            raise ConfigError(f"{flag}: not supported: {reason}")
-        raise ConfigError(f"unknown flag {flag!r}{suggest_flag(flag)}")
+        after = consume_launch_flag(flag, argv, i, inline if has_inline else None, result.ignored)
+        if after is None:
+            raise ConfigError(f"unknown flag {flag!r}{suggest_flag(flag)}")
+        i = after
+    if ep_moe:
+        tp = result.values.get("tp_size")
+        if not isinstance(tp, int):
+            raise ConfigError(
+                "--enable-ep-moe: sets the EP size to the TP size (SGLang before 0.5); give "
+                "--tp-size on the line too, or --ep-size N instead"
+            )
+        put("ep_size", "--enable-ep-moe", tp)
     return result
 
 

@@ -21,9 +21,20 @@ import numpy as np
 from rich.markup import escape
 from rich.table import Table
 
+from prefillkit.report.bootstrap import bootstrap_diffs, bootstrap_p99_diff
 from prefillkit.report.labels import metric_kind
 from prefillkit.report.labels import metric_label as _label_of
 from prefillkit.report.rundir import RunData
+from prefillkit.report.verdicts import (
+    N_RULE,
+    comparison_notes,
+    min_samples,
+    n_text,
+    run_split_note,
+    sample_count,
+    sample_key,
+    too_few,
+)
 
 __all__ = [
     "HEADLINE_METRICS",
@@ -232,85 +243,6 @@ def ratio_summary(ratios: Sequence[float] | np.ndarray) -> dict[str, float | int
     }
 
 
-# Bootstrap resamples are drawn in blocks of about this many indices to bound memory.
-_BOOT_BLOCK_ELEMS = 4_000_000
-
-
-def bootstrap_diffs(
-    base_ttft: Sequence[float] | np.ndarray,
-    other_ttft: Sequence[float] | np.ndarray,
-    stats: Sequence[float | None],
-    *,
-    n_boot: int = 2000,
-    seed: int = 0,
-    ci: float = 0.95,
-) -> list[tuple[float, float, float]]:
-    """Paired bootstrap of several statistics at once: ``(diff, lo, hi)`` per stat.
-
-    A stat is a quantile in (0, 1] or ``None`` for the mean. The resamples are the same
-    for every stat (and, for 0.99, the same as :func:`bootstrap_p99_diff` with the same
-    seed, which is this with ``stats=[0.99]``). No pairs: NaN triples.
-    """
-    b = np.asarray(base_ttft, dtype=float)
-    o = np.asarray(other_ttft, dtype=float)
-    if b.ndim != 1 or o.ndim != 1 or b.shape != o.shape:
-        raise ValueError(
-            f"bootstrap needs two 1-D arrays of equal length, got {b.shape} and {o.shape}"
-        )
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
-    if not 0.0 < ci < 1.0:
-        raise ValueError(f"ci must be in (0, 1), got {ci}")
-    n = len(b)
-    if n == 0:
-        return [(math.nan, math.nan, math.nan) for _ in stats]
-
-    def stat(x: np.ndarray, q: float | None, axis: int | None = None) -> Any:
-        return np.mean(x, axis=axis) if q is None else np.quantile(x, q, axis=axis)
-
-    point = [float(stat(o, q) - stat(b, q)) for q in stats]
-    rng = np.random.default_rng(seed)
-    block = max(1, _BOOT_BLOCK_ELEMS // n)
-    diffs = np.empty((len(stats), n_boot), dtype=float)
-    for start in range(0, n_boot, block):
-        stop = min(n_boot, start + block)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        ob, bb = o[idx], b[idx]
-        for k, q in enumerate(stats):
-            diffs[k, start:stop] = stat(ob, q, axis=1) - stat(bb, q, axis=1)
-    alpha = (1.0 - ci) / 2.0
-    out = []
-    for k in range(len(stats)):
-        lo, hi = np.quantile(diffs[k], [alpha, 1.0 - alpha])
-        out.append((point[k], float(lo), float(hi)))
-    return out
-
-
-def bootstrap_p99_diff(
-    base_ttft: Sequence[float] | np.ndarray,
-    other_ttft: Sequence[float] | np.ndarray,
-    *,
-    n_boot: int = 2000,
-    seed: int = 0,
-    ci: float = 0.95,
-) -> tuple[float, float, float]:
-    """Paired bootstrap of ``p99(other) - p99(base)``: returns ``(diff, lo, hi)``.
-
-    ``base_ttft[i]`` and ``other_ttft[i]`` must be the same request. Each resample draws
-    request indices with replacement and applies them to both arrays jointly; ``lo``/``hi``
-    are the percentile interval at level ``ci``. Deterministic for a given ``seed``. With no
-    pairs the result is ``(nan, nan, nan)``.
-    """
-    b = np.asarray(base_ttft, dtype=float)
-    o = np.asarray(other_ttft, dtype=float)
-    if b.ndim != 1 or o.ndim != 1 or b.shape != o.shape:
-        raise ValueError(
-            f"bootstrap_p99_diff needs two 1-D arrays of equal length, got {b.shape} and {o.shape}"
-        )
-    ((diff, lo, hi),) = bootstrap_diffs(b, o, [0.99], n_boot=n_boot, seed=seed, ci=ci)
-    return diff, lo, hi
-
-
 # --------------------------------------------------------------------------- compare
 
 
@@ -335,9 +267,11 @@ def compare_runs(
 
         {"baseline": name, "ci": 0.95, "n_boot": 2000,
          "metrics": [{"key", "label", "kind"}, ...],
+         "min_n": {key: fewest requests for a verdict},  # prefillkit.report.verdicts
          "variants": [{"name", "is_baseline", "partial",
                        "metrics": {key: value}, "delta": {key: v - base},
-                       "ratio": {key: v / base},
+                       "ratio": {key: v / base}, "n": {key: requests behind it},
+                       "overload_reason", "split_note": None | one line,
                        "paired": None | {"n_paired", "ratio": ratio_summary(...),
                                          "by_class": {"warm"|"cold": ratio_summary(...)},
                                          "p99_diff_s", "p99_diff_lo_s", "p99_diff_hi_s",
@@ -390,6 +324,9 @@ def compare_runs(
                 "metrics": vals,
                 "delta": delta,
                 "ratio": ratio,
+                "n": {k: sample_count(run.metrics, k) for k in keys},
+                "overload_reason": run.metrics.get("overload_reason"),
+                "split_note": run_split_note(run.metrics, run.config),
                 "paired": paired,
             }
         )
@@ -400,6 +337,7 @@ def compare_runs(
         "seed": seed,
         "metrics": [{"key": k, "label": label, "kind": kind} for k, label, kind in KEY_METRICS],
         "headline": [{"key": k, "better": d} for k, d in HEADLINE_METRICS],
+        "min_n": {k: n for k in keys if (n := min_samples(k)) is not None},
         "variants": variants,
     }
     return _jsonable(out)
@@ -507,12 +445,13 @@ def comparison_rows(
         for v in variants:
             text = format_metric(key, v["metrics"].get(key), kind=m.get("kind"))
             changes = m.get("kind") != "flag" and not v.get("is_baseline")
+            notes = []
             if changes and v["metrics"].get(key) is not None:
-                text += (
-                    f" ({format_delta(key, v['delta'].get(key))}, "
-                    f"{format_ratio(v['ratio'].get(key))})"
-                )
-            row.append(text)
+                notes += [format_delta(key, v["delta"].get(key)), format_ratio(v["ratio"].get(key))]
+            n = (v.get("n") or {}).get(key)
+            if sample_key(key) is not None and n is not None and v["metrics"].get(key) is not None:
+                notes.append(f"n={n:,}")
+            row.append(f"{text} ({', '.join(notes)})" if notes else text)
         rows.append(row)
     paired = _paired_rows(variants, ci) if len(variants) > 1 else []
     return header, rows, paired
@@ -562,8 +501,15 @@ def headline_table(cmp: dict[str, Any]) -> Table:
     table = Table(
         title=f"Verdict vs baseline {cmp.get('baseline', '')}",
         caption=escape(
-            f"Δ [lo, hi]: paired {ci * 100:.0f}% bootstrap interval over requests for TTFT "
-            "statistics; better/worse: the interval excludes 0 (others: moved by more than 1%)"
+            "\n".join(
+                [
+                    f"Δ [lo, hi]: paired {ci * 100:.0f}% bootstrap interval over requests for "
+                    "TTFT statistics; better/worse: the interval excludes 0 (others: moved by "
+                    "more than 1%)",
+                    N_RULE,
+                    *comparison_notes(cmp),
+                ]
+            )
         ),
     )
     table.add_column(header[0], style="bold", no_wrap=True)
@@ -626,16 +572,17 @@ def _verdict_word(
 def headline_rows(cmp: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """``(header, rows)`` of the comparison's lead table, as plain text.
 
-    One row per :data:`HEADLINE_METRICS` metric present in any variant: its label, the
-    baseline's value, each other variant's value with the difference (and, for the TTFT
-    statistics, the paired bootstrap interval: ``Δ [lo, hi]``), and a one-line verdict
-    naming each variant: *better* / *worse* (the interval excludes 0, or without an
-    interval the value moved by more than 1 %), *no clear change* (the interval holds 0),
-    *same*, or *higher* / *lower* for a metric that is neither better up nor down.
+    One row per :data:`HEADLINE_METRICS` metric present in any variant: its label, its n
+    (the requests it rests on, :mod:`prefillkit.report.verdicts`), the baseline's value,
+    each other variant's value with the difference (and, for the TTFT statistics, the
+    paired bootstrap interval: ``Δ [lo, hi]``), and a one-line verdict naming each
+    variant: *better* / *worse* (the interval excludes 0, or without an interval the
+    value moved by more than 1 %), *no clear change* (the interval holds 0), *same*,
+    *higher* / *lower* for a metric that is neither better up nor down, or *n too small*
+    when the baseline or the variant rests on fewer requests than the metric needs.
     """
     variants: list[dict[str, Any]] = cmp.get("variants", [])
-    ci = float(cmp.get("ci", 0.95))
-    header = ["metric"] + [
+    header = ["metric", "n"] + [
         f"{v['name']} (baseline)" if v.get("is_baseline") else str(v["name"]) for v in variants
     ]
     header.append("verdict")
@@ -645,12 +592,15 @@ def headline_rows(cmp: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         key, better = item["key"], int(item.get("better", 0))
         if all(v["metrics"].get(key) is None for v in variants):
             continue
-        row = [metric_label(key)]
+        counts = [(v.get("n") or {}).get(key) for v in variants]
+        row = [metric_label(key), n_text(counts)]
         verdicts: list[str] = []
         base_value = variants[0]["metrics"].get(key) if variants else None
-        for v in variants:
+        for v, n in zip(variants, counts, strict=True):
             value = v["metrics"].get(key)
             text = format_metric(key, value)
+            if _KIND.get(key) == "flag" and value and v.get("overload_reason"):
+                text += f": {v['overload_reason']}"
             if v.get("is_baseline") or value is None or base_value is None:
                 row.append(text)
                 continue
@@ -667,7 +617,10 @@ def headline_rows(cmp: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             elif _KIND.get(key) != "flag":
                 text += f" ({format_delta(key, delta)})"
             row.append(text)
-            if _KIND.get(key) == "flag":
+            few = too_few(key, [counts[0], n])
+            if few is not None:
+                word = few
+            elif _KIND.get(key) == "flag":
                 word = (
                     "same" if bool(value) == bool(base_value) else ("worse" if value else "better")
                 )
@@ -676,5 +629,4 @@ def headline_rows(cmp: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             verdicts.append(f"{v['name']}: {word}")
         row.append("; ".join(verdicts) if verdicts else "-")
         rows.append(row)
-    del ci
     return header, rows

@@ -30,6 +30,7 @@ from prefillkit.report.compare import (
 from prefillkit.report.deployment import deployment_panel
 from prefillkit.report.plots import PLOTS, variant_colors, variant_labels
 from prefillkit.report.rundir import RunData
+from prefillkit.report.verdicts import N_RULE, comparison_notes
 
 __all__ = ["write_report"]
 
@@ -248,7 +249,10 @@ def _headline_section(cmp: dict[str, Any]) -> str:
         f"finished in both runs ({_e(cmp.get('n_boot', '?'))} resamples). Verdict: "
         "<em>better</em> / <em>worse</em> when the interval excludes 0 (metrics without an "
         "interval: when the value moved by more than 1%), <em>no clear change</em> when it "
-        "holds 0.</p>" + _table("headline", head, body)
+        "holds 0.</p>"
+        + _table("headline", head, body)
+        + f'<p class="note">{_e(N_RULE)}</p>'
+        + "".join(f'<p class="warn">{_e(note)}</p>' for note in comparison_notes(cmp))
     )
 
 

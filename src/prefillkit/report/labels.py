@@ -5,7 +5,8 @@ them (:data:`LABELS`), the families (``ttft_p99.9_s``, ``warm_ttft_p90_s``,
 ``empty_passes_memory``, ...) are labelled by pattern, and anything else is spelled out
 from its key (``a_b_s`` -> "a b (s)"). :func:`metric_kind` gives the unit kind the
 formatters use: ``s`` seconds, ``frac`` a fraction shown as a percentage, ``count``,
-``tokens``, ``tok_s`` tokens per second, ``req_s`` requests per second, ``float``, ``flag``.
+``tokens``, ``tok_s`` tokens per second, ``req_s`` requests per second, ``float``, ``flag``,
+``text`` (a string, shown as it is).
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ LABELS: dict[str, tuple[str, str]] = {
     "steady_completed": ("steady-interval requests finished", "count"),
     "warm_requests": ("warm requests (hit at first admission)", "count"),
     "cold_requests": ("cold requests", "count"),
-    "overloaded": ("overloaded (saturated windows in a row)", "flag"),
+    "cache_split_degenerate": ("warm/cold split degenerate (a class under 1 %)", "flag"),
+    "overloaded": ("overloaded (backlog growing windows in a row, or drain)", "flag"),
+    "overload_reason": ("overload reason", "text"),
+    "drain_s": ("drain: last first token after the last arrival", "s"),
     "num_windows": ("windows", "count"),
     "saturated_windows": ("saturated windows", "count"),
     "overloaded_windows": ("overloaded windows", "count"),

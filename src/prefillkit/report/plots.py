@@ -2,7 +2,10 @@
 
 Matplotlib runs on the non-interactive Agg backend (no display needed). Every variant
 keeps the same colour in every plot (its position in the ``runs`` list picks it from
-:data:`PALETTE`). Empty inputs give a plot with a "no data" note rather than an error.
+:data:`PALETTE`). A variant whose series is identical to an earlier one's is drawn
+dashed with hollow, larger markers and "identical to X" in its legend entry, so that
+neither hides the other (:mod:`prefillkit.report.plot_base`). Empty inputs give a plot
+with a "no data" note rather than an error.
 :func:`plot_affinity` is the one exception to "always a PNG": when every skip/defer count
 is zero it writes nothing and returns ``None`` (the report shows a note instead).
 """
@@ -10,9 +13,10 @@ is zero it writes nothing and returns ``None`` (the report shows a note instead)
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -21,11 +25,31 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.axis import Axis
 from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import EngFormatter
 
 from prefillkit.outfile import write_bytes
+from prefillkit.report.plot_base import (
+    DPI,
+    FIGSIZE,
+    FIGSIZE_TALL,
+    PALETTE,
+    Runs,
+    twin_kw,
+    twin_note,
+    twins,
+    variant_colors,
+    variant_labels,
+    variant_markers,
+)
+from prefillkit.report.plot_base import auto_bins as _auto_bins
+from prefillkit.report.plot_base import col as _col
+from prefillkit.report.plot_base import legend as _legend
+from prefillkit.report.plot_base import log_seconds as _log_seconds
+from prefillkit.report.plot_base import new_figure as _new_figure
+from prefillkit.report.plot_base import no_data as _no_data
+from prefillkit.report.plot_base import style as _style
+from prefillkit.report.plot_base import variants as _variants
 from prefillkit.report.rundir import RunData
 
 __all__ = [
@@ -48,65 +72,11 @@ __all__ = [
     "window_series",
 ]
 
-FIGSIZE: tuple[float, float] = (8.0, 4.5)
-FIGSIZE_TALL: tuple[float, float] = (8.0, 6.0)
-DPI = 110
-# Colour-blind-friendly (Okabe-Ito order, then tab10 for more variants).
-PALETTE: tuple[str, ...] = (
-    "#0072B2",
-    "#D55E00",
-    "#009E73",
-    "#CC79A7",
-    "#E69F00",
-    "#56B4E9",
-    "#000000",
-    "#F0E442",
-    "#8c564b",
-    "#7f7f7f",
-)
-# One marker shape per variant (by position, as the colours), so that variants stay
-# apart where colours overlap or are printed in grey.
-MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 # Device / host / recomputed tokens in the cache split.
 _SPLIT_COLORS = ("#2a9d8f", "#e9c46a", "#e76f51")
 
-Runs = Sequence[RunData]
-
 
 # --------------------------------------------------------------------------- helpers
-
-
-def variant_labels(runs: Runs) -> list[str]:
-    """Run names, made unique (``name``, ``name #2``, ...) for legends and tick labels."""
-    seen: dict[str, int] = {}
-    out: list[str] = []
-    for run in runs:
-        n = seen.get(run.name, 0) + 1
-        seen[run.name] = n
-        out.append(run.name if n == 1 else f"{run.name} #{n}")
-    return out
-
-
-def variant_colors(runs: Runs) -> list[str]:
-    """Colour of each run, by position: the same variant keeps its colour in every plot."""
-    return [PALETTE[i % len(PALETTE)] for i in range(len(runs))]
-
-
-def variant_markers(runs: Runs) -> list[str]:
-    """Marker shape of each run, by position (the same in every plot)."""
-    return [MARKERS[i % len(MARKERS)] for i in range(len(runs))]
-
-
-def _variants(runs: Runs) -> list[tuple[RunData, str, str, str]]:
-    """``(run, label, colour, marker)`` of each run."""
-    return list(
-        zip(runs, variant_labels(runs), variant_colors(runs), variant_markers(runs), strict=True)
-    )
-
-
-def _new_figure(size: tuple[float, float] = FIGSIZE, rows: int = 1) -> tuple[Figure, list[Axes]]:
-    fig, axes = plt.subplots(rows, 1, figsize=size, dpi=DPI, sharex=rows > 1, squeeze=False)
-    return fig, list(axes[:, 0])
 
 
 def _save(fig: Figure, out_path: str | Path) -> Path:
@@ -119,63 +89,6 @@ def _save(fig: Figure, out_path: str | Path) -> Path:
     return path
 
 
-def _no_data(ax: Axes, message: str = "no data") -> None:
-    ax.text(
-        0.5,
-        0.5,
-        message,
-        ha="center",
-        va="center",
-        transform=ax.transAxes,
-        fontsize=13,
-        color="#666666",
-    )
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _legend(ax: Axes, n_entries: int) -> None:
-    """Legend outside the plot area, on the right, so it never hides data."""
-    if n_entries == 0:
-        return
-    ax.legend(
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        borderaxespad=0.0,
-        frameon=False,
-        fontsize=9,
-    )
-
-
-def _col(run: RunData, table: str, name: str) -> np.ndarray:
-    cols = run.requests if table == "requests" else run.batches
-    arr = cols.get(name)
-    if arr is None:
-        return np.zeros(0, dtype=float)
-    try:
-        return np.asarray(arr, dtype=float)
-    except (TypeError, ValueError):
-        return np.full(len(arr), np.nan)
-
-
-def _log_seconds(axis: Axis) -> None:
-    """Log-scaled seconds axis with plain tick labels (0.05, 0.1, 0.2, 0.5, 1, ...)."""
-    axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0), numticks=12))
-    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-    axis.set_minor_formatter(NullFormatter())
-
-
-def _auto_bins(n_points: int, max_bins: int) -> int:
-    """About eight batches per bin, between 5 and ``max_bins`` bins."""
-    return int(min(max_bins, max(5, n_points // 8)))
-
-
-def _style(ax: Axes) -> None:
-    ax.grid(True, which="major", alpha=0.3)
-    ax.spines["top"].set_visible(False)
-    ax.spines["right"].set_visible(False)
-
-
 # --------------------------------------------------------------------------- plots
 
 
@@ -184,9 +97,10 @@ def plot_ttft_cdf(runs: Runs, out_path: str | Path) -> Path:
     fig, (ax,) = _new_figure()
     ax.set_title("TTFT distribution (finished requests)")
     entries = 0
-    for run, label, color, marker in _variants(runs):
-        t = run.finished_ttft()
-        t = np.sort(t[t > 0])
+    ttfts = [np.sort(t[t > 0]) for t in (r.finished_ttft() for r in runs)]
+    same, labels = twins([(t,) for t in ttfts]), variant_labels(runs)
+    for i, (_, label, color, marker) in enumerate(_variants(runs)):
+        t = ttfts[i]
         if len(t) == 0:
             continue
         y = np.arange(1, len(t) + 1) / len(t)
@@ -200,9 +114,9 @@ def plot_ttft_cdf(runs: Runs, out_path: str | Path) -> Path:
             color=color,
             lw=1.8,
             marker=marker,
-            ms=5,
             markevery=marks,
-            label=f"{label} (p99 {_sec(p99)})",
+            label=f"{label} (p99 {_sec(p99)}){twin_note(same, i, labels)}",
+            **twin_kw(same, i, 5),
         )
         entries += 1
     if entries == 0:
@@ -247,12 +161,10 @@ def plot_ttft_over_time(runs: Runs, out_path: str | Path) -> Path:
     ax.set_title("TTFT over arrival time (finished requests)")
     entries = 0
     many = sum(len(r.finished_ttft()) for r in runs) > 5000
-    for i, (run, label, color, marker) in enumerate(_variants(runs)):
-        if run.num_requests == 0:
-            continue
-        mask = run.finished_mask()
-        x = _col(run, "requests", "arrival_s")[mask]
-        y = _col(run, "requests", "ttft_s")[mask]
+    points = [_finished_points(run) for run in runs]
+    same, labels = twins(points), variant_labels(runs)
+    for i, (_, label, color, marker) in enumerate(_variants(runs)):
+        x, y = points[i]
         ok = np.isfinite(x) & np.isfinite(y) & (y > 0)
         if not ok.any():
             continue
@@ -268,7 +180,7 @@ def plot_ttft_over_time(runs: Runs, out_path: str | Path) -> Path:
             facecolors="none" if hollow else color,
             edgecolors=color if hollow else "none",
             linewidths=0.7,
-            label=label,
+            label=label + twin_note(same, i, labels),
             rasterized=True,
             zorder=2 + i,
         )
@@ -280,9 +192,9 @@ def plot_ttft_over_time(runs: Runs, out_path: str | Path) -> Path:
             color=color,
             lw=1.6,
             marker=marker,
-            ms=4,
             zorder=20 + i,
             label=f"{label}: p90 per time bin",
+            **twin_kw(same, i, 4),
         )
         entries += 1
     if entries == 0:
@@ -305,6 +217,14 @@ def plot_ttft_over_time(runs: Runs, out_path: str | Path) -> Path:
             if handle is not None:
                 handle.set_alpha(1.0)
     return _save(fig, out_path)
+
+
+def _finished_points(run: RunData) -> tuple[np.ndarray, np.ndarray]:
+    """``(arrival_s, ttft_s)`` of the run's finished requests."""
+    if run.num_requests == 0:
+        return np.zeros(0), np.zeros(0)
+    mask = run.finished_mask()
+    return _col(run, "requests", "arrival_s")[mask], _col(run, "requests", "ttft_s")[mask]
 
 
 def _binned_quantile(
@@ -358,8 +278,10 @@ def plot_queue_length(runs: Runs, out_path: str | Path) -> Path:
     fig, (ax,) = _new_figure()
     ax.set_title("Waiting queue length over time")
     entries = 0
-    for run, label, color, marker in _variants(runs):
-        t, q = queue_length_series(run)
+    queues = [queue_length_series(run) for run in runs]
+    same, labels = twins(queues), variant_labels(runs)
+    for i, (_, label, color, marker) in enumerate(_variants(runs)):
+        t, q = queues[i]
         if len(t) == 0:
             continue
         t = np.concatenate([[t[0]], t])
@@ -371,9 +293,9 @@ def plot_queue_length(runs: Runs, out_path: str | Path) -> Path:
             color=color,
             lw=1.4,
             marker=marker,
-            ms=4,
             markevery=max(1, len(t) // 12),
-            label=f"{label} (max {q.max():.0f})",
+            label=f"{label} (max {q.max():.0f}){twin_note(same, i, labels)}",
+            **twin_kw(same, i, 4),
         )
         entries += 1
     if entries == 0:
@@ -420,16 +342,18 @@ def plot_batches(runs: Runs, out_path: str | Path, *, max_bins: int = 60) -> Pat
     ax_size.set_title("Batches over time")
     entries = 0
     tok_entries = 0
-    for run, label, color, marker in _variants(runs):
-        start = _col(run, "batches", "start_s")
-        size = _col(run, "batches", "size")
+    sizes = [(_col(run, "batches", "start_s"), _col(run, "batches", "size")) for run in runs]
+    same, labels = twins(sizes), variant_labels(runs)
+    for i, (run, label, color, marker) in enumerate(_variants(runs)):
+        start, size = sizes[i]
         ok = np.isfinite(start) & np.isfinite(size)
         if not ok.any():
             continue
         x, s = start[ok], size[ok]
         ax_size.scatter(x, s, s=8, alpha=0.3, color=color, edgecolors="none", rasterized=True)
         bx, bs = _binned_mean(x, s, bins)
-        ax_size.plot(bx, bs, color=color, lw=1.6, marker=marker, ms=4, label=label)
+        note, kw = twin_note(same, i, labels), twin_kw(same, i, 4)
+        ax_size.plot(bx, bs, color=color, lw=1.6, marker=marker, label=label + note, **kw)
         entries += 1
         for what, ls, v in _token_lines(run):
             if len(v) != len(start):
@@ -439,7 +363,13 @@ def plot_batches(runs: Runs, out_path: str | Path, *, max_bins: int = 60) -> Pat
                 continue
             tx, tv = _binned_mean(start[okv], v[okv], bins)
             ax_tok.plot(
-                tx, tv, color=color, ls=ls, lw=1.5, marker=marker, ms=3, label=f"{label}: {what}"
+                tx,
+                tv,
+                color=color,
+                lw=1.5,
+                marker=marker,
+                label=f"{label}: {what}{note}",
+                **{**twin_kw(same, i, 3), "ls": ls},  # NOTE: the style tells the tokens
             )
             tok_entries += 1
     if entries == 0:
@@ -512,13 +442,21 @@ def plot_windows(runs: Runs, out_path: str | Path) -> Path:
     fig, (ax_p99, ax_util) = _new_figure(FIGSIZE_TALL, rows=2)
     ax_p99.set_title("TTFT p99 and executor utilisation per arrival window")
     entries = 0
-    for run, label, color, marker in _variants(runs):
-        mid, p99, util, sat = window_series(run)
+    series = [window_series(run) for run in runs]
+    same, labels = twins([s[:3] for s in series]), variant_labels(runs)
+    for i, (_, label, color, marker) in enumerate(_variants(runs)):
+        mid, p99, util, sat = series[i]
         if len(mid) == 0:
             continue
         ok = np.isfinite(p99) & (p99 > 0)
-        ax_p99.plot(mid[ok], p99[ok], color=color, lw=1.6, marker=marker, ms=4, label=label)
-        ax_util.plot(mid, util * 100, color=color, lw=1.6, marker=marker, ms=3, label=label)
+        kw: dict[str, Any] = {
+            "color": color,
+            "lw": 1.6,
+            "marker": marker,
+            "label": label + twin_note(same, i, labels),
+        }
+        ax_p99.plot(mid[ok], p99[ok], **kw, **twin_kw(same, i, 4))
+        ax_util.plot(mid, util * 100, **kw, **twin_kw(same, i, 3))
         if sat.any():
             ax_util.scatter(mid[sat], util[sat] * 100, marker="x", s=36, color=color)
         entries += 1

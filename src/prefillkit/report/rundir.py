@@ -190,6 +190,8 @@ def _read_summary(file: Path) -> dict[str, Any]:
         raise ValueError(
             f"corrupt {file.name} (invalid JSON at line {exc.lineno}, column {exc.colno}): {file}"
         ) from None
+    except RecursionError:
+        raise ValueError(f"corrupt {file.name} (JSON nested too deeply): {file}") from None
     if not isinstance(data, dict):
         raise ValueError(
             f"corrupt {file.name} (expected a JSON object, got {type(data).__name__}): {file}"

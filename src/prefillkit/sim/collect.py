@@ -218,25 +218,6 @@ class RunCollector:
             self.timeline.run_ended(sim_end_s)
         self._flush()
 
-    def drain(self, arrivals: Any) -> None:
-        """Requests that never arrived (a run stopped early): columns only, no rows.
-
-        Raises a one-line ``ValueError`` for one out of arrival order (the columns are
-        read in order)."""
-        last = self._last_arrival
-        for req in arrivals:
-            if req.arrival_time < last:  # NOTE: the summary reads the columns in order
-                raise ValueError(
-                    f"requests must arrive in order: {req.rid!r} at {req.arrival_time:g} s, "
-                    f"after {last:g} s"
-                )
-            last = req.arrival_time
-            self.arrive(req)
-            seq = self._seq.pop(req)
-            del self._live[seq]
-            self._pending[seq] = (None, self._fill(seq, req, keep_row=False)[1])
-        self._flush()
-
     # ------------------------------------------------------------------ internals
     def _fill(self, seq: int, req: Request, *, keep_row: bool) -> tuple[list[Any] | None, _Columns]:
         """``req``'s row (None: none) and its column values."""

@@ -316,11 +316,6 @@ class Engine:
         collector = self.collector
         if collector is not None:
             collector.close(partial, self.now)
-            if nxt is not None:  # a stopped run: the rest still counts in the summary
-                try:
-                    collector.drain(itertools.chain((nxt,), self.sessions.drain()))
-                except ValueError as e:
-                    raise SimConfigError(str(e)) from None
             summary = collector.summary(
                 counters=counters,
                 percentiles=self.percentiles,
@@ -331,7 +326,9 @@ class Engine:
             )
             classes: dict[str, str] = {}
         else:
-            if self.sessions.sessions:
+            if partial:
+                self.requests = self._arrival_order
+            elif self.sessions.sessions:
                 self.requests = self._in_arrival_order()
             summary = summarize(self.requests, self.batches, counters=counters, sim_end_s=self.now)
             summary.update(report_metrics(self))
@@ -346,6 +343,8 @@ class Engine:
                 )
             )
         summary.update(self.sessions.metrics(self._answer_rate, self._answer_at_finish))
+        if partial:  # NOTE: it counts the requests that had arrived; the rest are not drawn
+            summary["arrived"] = self.arrived
         summary["wall_time_s"] = wallclock.perf_counter() - t0
         dep = self.dep.as_dict()
         dep["kv_pool_tokens"] = self.dep.total_pages * self.cfg.page_size
@@ -415,7 +414,7 @@ class Engine:
                 self._window_limit = t + MAX_WINDOWS * self.window_s
             elif t >= self._window_limit:
                 try:
-                    check_window_s(self.window_s, (self._first_arrival, t))
+                    check_window_s(self.window_s, (self._first_arrival, t), so_far=True)
                 except ValueError as e:
                     raise SimConfigError(f"--window-s: {e}") from None
             collector.arrive(req)

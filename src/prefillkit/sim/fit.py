@@ -529,8 +529,10 @@ def load_preset(path: Path) -> FittedCostModel:
     """The :class:`FittedCostModel` of a preset file written by :func:`write_preset`."""
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise FitInputError(f"{path}: not a TOML preset: {exc}") from None
+    except ValueError as exc:  # TOMLDecodeError, bad UTF-8, an integer past the digit limit
+        raise FitInputError(f"{path}: not a TOML preset: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise FitInputError(f"{path}: not a TOML preset: nested too deeply") from None
     try:
         dep = Deployment(**doc["deployment"])
         coefficients = {str(k): float(v) for k, v in doc["coefficients"].items()}

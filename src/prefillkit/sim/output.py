@@ -216,7 +216,8 @@ def remove_stale_temporaries(folder: Path, names: Iterable[str]) -> list[Path]:
 
 @contextlib.contextmanager
 def _sigint_held() -> Iterator[None]:
-    """Hold SIGINT back until the block ends, then deliver it to the previous handler.
+    """Hold SIGINT and SIGTERM back until the block ends, then deliver the first that
+    came to its previous handler.
 
     A Python-level handler (not ``pthread_sigmask``): it works whichever thread the
     kernel picks for a process-directed signal. A no-op off the main thread.
@@ -226,16 +227,27 @@ def _sigint_held() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught: list[Any] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    caught: list[tuple[int, Any]] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        caught.append((signum, frame))
+
+    previous: dict[int, Any] = {
+        sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
     if caught:
-        if callable(previous):
-            previous(signal.SIGINT, caught[0])
-        elif previous == signal.default_int_handler or previous == signal.SIG_DFL:
+        signum, frame = caught[0]
+        old = previous[signum]
+        if callable(old):
+            old(signum, frame)
+        elif old == signal.SIG_DFL and signum == signal.SIGTERM:
+            signal.raise_signal(signum)  # its default: the process ends
+        elif old == signal.SIG_DFL:
             raise KeyboardInterrupt
 
 

@@ -20,7 +20,8 @@ The parent creates each file (empty, exclusively: a name clash or a folder it ca
 write fails at once, in the parent); the child fills it. If the child fails (a full
 disk), it removes its files, reports the error and exits; the parent raises it as an
 ``OSError`` at its next write or at :meth:`RowFiles.finish`. If the parent goes away
-without finishing, the child sees the end of its input and removes its files.
+without finishing (killed), the child removes its files and exits: told at once by a
+SIGHUP on Linux (``PR_SET_PDEATHSIG``), else when it reads the end of its input.
 
 NOTE: this module imports only the standard library and :mod:`prefillkit.helpers`: the
 child imports them and ``prefillkit/__init__`` alone (``python -I -S``), so it starts in
@@ -41,11 +42,12 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from prefillkit.helpers import wants_helpers
+from prefillkit.helpers import die_with_parent, wants_helpers
 
 __all__ = [
     "CsvFile",
@@ -67,6 +69,8 @@ _PICKLE = pickle.HIGHEST_PROTOCOL
 #: Linux's F_SETPIPE_SZ (fcntl.F_SETPIPE_SZ from Python 3.10, spelled out for typing).
 _F_SETPIPE_SZ = 1031
 _PIPE_BYTES = 1 << 20  # /proc/sys/fs/pipe-max-size's default
+#: The signal the child gets when its parent ends (it removes its files, then exits).
+_PARENT_GONE = signal.SIGHUP
 
 
 def cell(value: Any) -> str:
@@ -191,10 +195,11 @@ class InlineRowFiles:
 
 
 # The child's program: the folder holding the ``prefillkit`` package goes first on its
-# path (``-I`` ignores PYTHONPATH and the working folder; ``-S`` skips site-packages).
+# path (``-I`` ignores PYTHONPATH and the working folder; ``-S`` skips site-packages);
+# then the parent's process id (0: do not watch it).
 _CHILD = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from prefillkit.sim.row_writer import serve; serve()"
+    "from prefillkit.sim.row_writer import serve; serve(int(sys.argv[2]))"
 )
 
 
@@ -203,13 +208,19 @@ class RowWriterProcess:
 
     def __init__(self, specs: Sequence[tuple[str, Sequence[str]]]) -> None:
         root = str(Path(__file__).resolve().parents[2])
+        # NOTE: Linux signals a child on the end of the thread that started it: only a
+        # child of the main thread (whose end is the process's) watches its parent.
+        main = threading.current_thread() is threading.main_thread()
+        parent = str(os.getpid() if main else 0)
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _CHILD, root],
+            [sys.executable, "-I", "-S", "-c", _CHILD, root, parent],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             # NOTE: its own session: a Ctrl-C at the terminal is the parent's alone (it
-            # stops the run, which still commits); serve() also ignores SIGINT.
+            # stops the run, which still commits); serve() also ignores SIGINT and
+            # SIGTERM. Its stdout and stderr are pipes to the parent, never the
+            # parent's own (close_fds): a pipeline the run writes into ends with it.
             start_new_session=True,
         )  # fmt: skip
         assert self.proc.stdin is not None
@@ -306,11 +317,26 @@ def _read_frame(stream: IO[bytes]) -> Any:
     return pickle.loads(data)
 
 
-def serve() -> None:
+class _ParentGone(Exception):
+    """The parent ended (:data:`_PARENT_GONE` came)."""
+
+
+def _parent_gone(signum: int, frame: Any) -> None:
+    raise _ParentGone
+
+
+def serve(parent_pid: int = 0) -> None:
     """The child: read the file specs, then ``(index, rows)`` batches until the finish
-    message; reply (one pickle on stdout) with the manifests or the error."""
+    message; reply (one pickle on stdout) with the manifests or the error. If its parent
+    ``parent_pid`` (0: not watched) ends first, remove the files and exit."""
     # NOTE: Ctrl-C is the parent's: it stops the run and still commits what was written.
+    # So is SIGTERM (a job scheduler's stop reaches every process of the job): the
+    # parent stops the run, commits and closes this child's input.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if parent_pid:
+        signal.signal(_PARENT_GONE, _parent_gone)
+        die_with_parent(parent_pid, _PARENT_GONE)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     files: InlineRowFiles | None = None
     reply: tuple[Any, ...]
@@ -329,6 +355,10 @@ def serve() -> None:
                 reply = ("ok", files.finish())
                 break
             files.write(index, rows)
+    except _ParentGone:  # NOTE: nobody reads a reply
+        if files is not None:
+            files.abandon()
+        return
     except OSError as exc:
         if files is not None:
             files.abandon()

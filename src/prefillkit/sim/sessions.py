@@ -169,14 +169,3 @@ class SessionGate:
             if self._at_schedule(req):
                 self._ahead.append(req)
         return None
-
-    def drain(self) -> Iterator[Request]:
-        """The requests not yet sent that would arrive at their scheduled time (a stopped
-        run counts them): first turns read ahead, then the rest of the stream's (every
-        request open-loop). Closed-loop later turns not yet sent have no arrival time
-        and are not counted."""
-        yield from self._ahead
-        self._ahead.clear()
-        for req in self._source:
-            if self._at_schedule(req):
-                yield req

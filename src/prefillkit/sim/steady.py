@@ -17,9 +17,13 @@ There are ``floor((t_last - t0) / w) + 1`` windows: the last one holds the last 
   of the backlog (their rejection time is not recorded);
 - ``saturated``: ``utilization >= 0.98`` and ``backlog_end > backlog_start``.
 
-Overload. The run is ``overloaded`` when two or more consecutive windows are saturated
-(saturation lasting longer than one window); ``overloaded_windows`` lists the windows of
-those runs of saturated windows, ``saturated_windows`` every saturated window.
+Overload (:mod:`prefillkit.sim.run_flags`). The run is ``overloaded`` when two or more
+consecutive windows are saturated (``compute-bound``) or hold a growing backlog larger
+than their arrivals while the executor is not saturated (``memory-bound``), or when its
+prefill work ends far past the last arrival (``drain``, ``drain_s`` seconds after it);
+``overload_reason`` names which. ``overloaded_windows`` lists the windows of those runs,
+``saturated_windows`` every saturated window. ``cache_split_degenerate``: one cache class
+under 1 % of the classified requests.
 
 Steady interval (rule): warm-up is the first window or the first 10 % of the arrival
 span ``t_last - t0``, whichever is longer; drain is the last window before the last
@@ -42,6 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prefillkit.request import ReqStatus, Request
+from prefillkit.sim.run_flags import drain_limit_s, drain_seconds, flag_metrics, overload_runs
 from prefillkit.text import lazy_module
 
 if TYPE_CHECKING:
@@ -79,20 +84,41 @@ def num_windows(t0: float, t_last: float, window_s: float) -> int:
     return int((t_last - t0) // window_s) + 1
 
 
-def check_window_s(window_s: float, arrivals: Iterable[float]) -> None:
-    """Raise a one-line ``ValueError`` unless ``window_s`` is usable for these arrivals."""
+def _short(x: float) -> str:
+    """``x`` for a message: thousands separators, or 3 significant digits when that
+    would be long (a span of 1e300 s) or print as 0.0."""
+    return f"{x:,.1f}" if 0.1 <= abs(x) < 1e12 else f"{x:.3g}"
+
+
+def check_window_s(window_s: float, arrivals: Iterable[float], *, so_far: bool = False) -> None:
+    """Raise a one-line ``ValueError`` unless ``window_s`` is usable for these arrivals.
+
+    ``so_far``: ``arrivals`` are a stream's first and latest arrivals, not all of them
+    (a streamed run checks as requests arrive): the message quotes the time reached, not
+    the whole arrival span, which is not known yet."""
     if not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s > 0):
         raise ValueError(f"must be a finite number of seconds > 0, got {window_s!r}")
     times = list(arrivals)
     if not times:
         return
     t0, t_last = min(times), max(times)
-    n = num_windows(t0, t_last, window_s)
-    if n > MAX_WINDOWS:
+    whole = (t_last - t0) // window_s  # a float, inf for 1e300 s spans in 1e-9 s windows
+    if whole + 1 <= MAX_WINDOWS:
+        return
+    if whole < 1e12:
+        n = f"{int(whole) + 1:,}"
+    else:
+        n = _short(whole + 1) if math.isfinite(whole) else "over 1e+308"
+    span = _short(t_last - t0)
+    if so_far:
         raise ValueError(
-            f"{window_s:g} s windows over the {t_last - t0:,.1f} s arrival span make {n:,} "
-            f"windows; the most is {MAX_WINDOWS:,} (use a longer window)"
+            f"{window_s:g} s windows: a request arriving {span} s after the first makes "
+            f"{n} windows already; the most is {MAX_WINDOWS:,} (use a longer window)"
         )
+    raise ValueError(
+        f"{window_s:g} s windows over the {span} s arrival span make {n} windows; the most "
+        f"is {MAX_WINDOWS:,} (use a longer window)"
+    )
 
 
 def busy_before(starts: np.ndarray, durations: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -134,20 +160,6 @@ def steady_interval(t0: float, t_last: float, window_s: float) -> tuple[float, f
     start = t0 + max(window_s, WARMUP_FRACTION * (t_last - t0))
     end = t_last - window_s
     return (start, end) if start < end else None
-
-
-def overload_runs(saturated: Sequence[bool]) -> list[int]:
-    """Windows inside runs of two or more consecutive saturated windows."""
-    out: list[int] = []
-    run: list[int] = []
-    for i, flag in enumerate([*saturated, False]):
-        if flag:
-            run.append(i)
-            continue
-        if len(run) > 1:
-            out.extend(run)
-        run = []
-    return out
 
 
 def _windows(
@@ -319,15 +331,25 @@ def steady_metrics_columns(
     windows = (
         _windows(arrival, ttft, first_token, backlog, busy, edges, sim_end_s) if len(edges) else []
     )
-    saturated = [w["saturated"] for w in windows]
-    overloaded = overload_runs(saturated)
+    classes = _class_stats_codes(class_codes, ttft)
+    done = np.isfinite(first_token)
+    t0, t_last = (float(arrival.min()), float(arrival.max())) if len(arrival) else (0.0, 0.0)
+    drain = drain_seconds(
+        t_last,
+        float(first_token[done].max()) if done.any() else None,
+        int((kept & ~done).sum()),
+        sim_end_s,
+    )
     return {
         "window_s": float(window_s),
         **_steady_stats(arrival, ttft, window_s),
-        **_class_stats_codes(class_codes, ttft),
-        "overloaded": bool(overloaded),
-        "saturated_windows": [i for i, flag in enumerate(saturated) if flag],
-        "overloaded_windows": overloaded,
+        **classes,
+        **flag_metrics(
+            windows,
+            classes=(classes["warm_requests"], classes["cold_requests"]),
+            drain_s=drain if len(arrival) else 0.0,
+            limit_s=drain_limit_s(t0, t_last, window_s),
+        ),
         "num_windows": len(windows),
         "windows": windows,
     }

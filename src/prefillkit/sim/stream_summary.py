@@ -24,15 +24,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prefillkit.sim.exact_stats import LIMIT, mean_std, percentiles
+from prefillkit.sim.run_flags import drain_limit_s, drain_seconds, flag_metrics
 from prefillkit.sim.slo import DEFAULT_PERCENTILES, pct_key
 from prefillkit.sim.spill import SpillColumns
-from prefillkit.sim.steady import (
-    CLASS_CODES,
-    num_windows,
-    overload_runs,
-    steady_interval,
-    window_record,
-)
+from prefillkit.sim.steady import CLASS_CODES, num_windows, steady_interval, window_record
 from prefillkit.text import lazy_module
 
 if TYPE_CHECKING:
@@ -334,12 +329,14 @@ def streaming_summary(
     if n:
         edges = t0 + window_s * np.arange(num_windows(t0, t_last, window_s) + 1, dtype=float)
         windows = _windows(reqs, done, busy, edges, sim_end_s, limit)
-    saturated = [w["saturated"] for w in windows]
-    overloaded = overload_runs(saturated)
+    last = _max(done.chunks("first_token")) if n_done else None
     out.update(
-        overloaded=bool(overloaded),
-        saturated_windows=[i for i, flag in enumerate(saturated) if flag],
-        overloaded_windows=overloaded,
+        flag_metrics(
+            windows,
+            classes=(out["warm_requests"], out["cold_requests"]),
+            drain_s=drain_seconds(t_last, last, unfinished, sim_end_s) if n else 0.0,
+            limit_s=drain_limit_s(t0, t_last, window_s),
+        ),
         num_windows=len(windows),
         windows=windows,
     )

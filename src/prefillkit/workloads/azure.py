@@ -61,7 +61,14 @@ def parse_azure_timestamp_ns(text: str) -> int:
 def _count(col: str, text: str, min_value: int) -> int:
     t = text.strip()
     what = "a positive" if min_value == 1 else "a non-negative"
-    if not _UINT.fullmatch(t) or int(t) < min_value:
+    if not _UINT.fullmatch(t):
+        raise RowError(f"column '{col}': expected {what} integer, got {text[:40]!r}")
+    # At most 64 bits, as the JSON readers: a longer count is a mistake, not a request
+    # (and past 4,300 digits int() itself refuses it).
+    if len(t) > 19 or int(t) >= 2**63:
+        shown = t if len(t) <= 24 else t[:21] + "..."
+        raise RowError(f"column '{col}': number too large, got {shown}")
+    if int(t) < min_value:
         raise RowError(f"column '{col}': expected {what} integer, got {text[:40]!r}")
     return int(t)
 
@@ -90,11 +97,12 @@ class _AzureParser:
             )
         missing = [c for c in AZURE_COLUMNS if c not in names]
         if missing:
+            got = repr(",".join(names))
             raise WorkloadError(
                 self.path,
                 lineno,
-                f"wrong CSV columns {','.join(names)!r}: expected columns {expected} "
-                f"(missing {', '.join(missing)})",
+                f"wrong CSV columns {got if len(got) <= 80 else got[:77] + '...'}: expected "
+                f"columns {expected} (missing {', '.join(missing)})",
             )
         ts, ctx, gen = (names.index(c) for c in AZURE_COLUMNS)
         self.index = (ts, ctx, gen)
@@ -106,7 +114,7 @@ class _AzureParser:
         if not text.strip():
             return None
         try:
-            cells = next(csv.reader([text]))
+            cells = next(csv.reader([text], strict=True))  # an unclosed quote is an error
         except csv.Error as e:
             raise RowError(f"bad CSV: {e}") from None
         if self.index is None:

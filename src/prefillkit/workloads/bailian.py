@@ -20,7 +20,8 @@ Read here:
   as upstream's ``ignore_eos`` sampling parameter.
 
 ``parent_chat_id``, ``type`` and ``turn`` are accepted and ignored. The block size is the
-``block_size`` argument, else taken from a ``blksz_<N>`` in the file name, else 16.
+``block_size`` argument, else taken from a ``blksz_<N>`` in the file name (``N`` from 1 to
+999,999,999: a name with ``blksz_0`` is refused), else 16.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import os
 import re
 from collections.abc import Iterator
 
+from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.jsonl import (
     PathLike,
     RowError,
@@ -40,6 +42,7 @@ from prefillkit.workloads.jsonl import (
     get_opt_int,
     get_seconds,
     parse_json_object,
+    show,
     stream_records,
 )
 from prefillkit.workloads.record import TraceRecord
@@ -49,14 +52,28 @@ __all__ = ["BAILIAN_BLOCK_SIZE", "bailian_block_size", "iter_bailian", "parse_ba
 BAILIAN_BLOCK_SIZE = 16
 
 _BLKSZ = re.compile(r"blksz_?(\d+)", re.IGNORECASE)
+_MAX_BLKSZ_DIGITS = 9
 
 
 def bailian_block_size(path: PathLike) -> int:
-    """Block size stated in the file name (``..._blksz_16.jsonl``), else 16."""
-    m = _BLKSZ.search(os.path.basename(os.fspath(path)))
-    if m and int(m.group(1)) > 0:
-        return int(m.group(1))
-    return BAILIAN_BLOCK_SIZE
+    """Block size stated in the file name (``..._blksz_16.jsonl``), else 16.
+
+    A name stating a block size of 0 (or one with more than 9 digits) is refused with a
+    ``WorkloadError`` naming the file: its hash ids cannot be read with a made-up size."""
+    name = os.path.basename(os.fspath(path))
+    m = _BLKSZ.search(name)
+    if m is None:
+        return BAILIAN_BLOCK_SIZE
+    digits = m.group(1)
+    if len(digits.lstrip("0")) > _MAX_BLKSZ_DIGITS or int(digits) == 0:
+        raise WorkloadError(
+            path,
+            None,
+            f"the file name states block size {m.group(0)!r}: expected 1 to "
+            f"{10**_MAX_BLKSZ_DIGITS - 1:,} tokens per block (rename the file or give "
+            "--block-size N)",
+        )
+    return int(digits)
 
 
 def parse_bailian_line(
@@ -77,7 +94,7 @@ def parse_bailian_line(
     elif isinstance(chat_id, str) or (type(chat_id) is int):
         rid = str(chat_id)
     else:
-        raise RowError(f"field 'chat_id': expected an integer or string, got {chat_id!r}")
+        raise RowError(f"field 'chat_id': expected an integer or string, got {show(chat_id)}")
     if rid in seen:  # keep request ids unique even if a chat id repeats
         rid = f"{rid}@L{lineno}"
     seen.add(rid)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["WorkloadError"]
+__all__ = ["MAX_MESSAGE", "WorkloadError"]
+
+#: Longest message a ``WorkloadError`` keeps (characters; the path and line come on top).
+MAX_MESSAGE = 400
 
 
 class WorkloadError(ValueError):
@@ -21,8 +24,10 @@ class WorkloadError(ValueError):
     def __init__(self, path: str | os.PathLike[str], line: int | None, msg: str) -> None:
         self.path = os.fspath(path)
         self.line = line
-        # Keep the message on one line whatever the caller passed.
-        self.msg = " ".join(str(msg).split())
+        # Keep the message on one line, and a readable one, whatever the caller passed (a
+        # value quoted from a malformed row may be megabytes long).
+        text = " ".join(str(msg).split())
+        self.msg = text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
         super().__init__(self.path, line, self.msg)
 
     def __str__(self) -> str:

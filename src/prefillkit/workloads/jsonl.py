@@ -42,7 +42,8 @@ and the prompt, given in exactly one of these forms:
   any other request (for example converted from the Azure trace).
 
 Integers are JSON integers (``true``/``false`` are not integers; ``2.0`` is accepted,
-``2.5`` is not). ``NaN`` and ``Infinity`` are rejected. Example::
+``2.5`` is not). ``NaN`` and ``Infinity`` are rejected, and so is a row (of any JSONL
+trace format) nesting lists and objects more than 64 deep. Example::
 
     {"rid": "a", "arrival_s": 0.0, "output_len": 64, "tokens": [1, 2, 3, 4]}
     {"arrival_s": 0.5, "output_len": 8, "hash_ids": [0, 1, 2], "block_size": 512, "input_len": 1300}
@@ -55,9 +56,11 @@ Integers are JSON integers (``true``/``false`` are not integers; ``2.0`` is acce
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
@@ -172,19 +175,47 @@ def _reject_constant(name: str) -> Any:
 #: ``json.loads(text, parse_constant=_reject_constant)`` builds this decoder per call.
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
+#: Deepest nesting of lists and objects a row may have (a valid row has 2: the object and
+#: its ``hash_ids`` or ``tokens`` list). Deeper rows are refused before decoding: the
+#: decoder recurses once per level and a row nested 100,000 deep would overflow it.
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+_TOO_DEEP = f"JSON nested too deeply (more than {MAX_JSON_DEPTH} levels of lists and objects)"
+
+
+def json_too_deep(text: str) -> bool:
+    """Whether ``text`` nests ``[`` / ``{`` deeper than :data:`MAX_JSON_DEPTH` (brackets
+    inside strings left out)."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:  # the common case: no scan
+        return False
+    steps = (1 if b in "[{" else -1 for b in _JSON_BRACKET.findall(_JSON_STRING.sub("", text)))
+    return max(itertools.accumulate(steps, initial=0)) > MAX_JSON_DEPTH
+
 
 def parse_json_object(text: str) -> dict[str, Any] | None:
-    """Parse one JSONL line; None for a blank line. Rejects NaN/Infinity and non-objects."""
+    """Parse one JSONL line; None for a blank line. Rejects NaN/Infinity, non-objects and
+    rows nested deeper than :data:`MAX_JSON_DEPTH`."""
     if not text.strip():
         return None
+    # The line's own terminator is not part of the row: with it, an error at the end of a
+    # truncated row would be placed at column 1 of a line after it.
+    text = text.rstrip("\r\n")
+    if json_too_deep(text):
+        raise RowError(_TOO_DEEP)
     try:
         if text.startswith("\ufeff"):  # what json.loads checks before decoding
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
         obj = _DECODER.decode(text)
     except json.JSONDecodeError as e:
-        raise RowError(f"invalid JSON ({e.msg}, column {e.colno})") from None
+        # Columns count characters from 1 (the row is one line: pos + 1 is its column).
+        reason = e.msg.removesuffix(" at")
+        reason = reason[:1].lower() + reason[1:]
+        raise RowError(f"invalid JSON ({reason} at column {e.pos + 1})") from None
     except RowError:
         raise
+    except RecursionError:
+        raise RowError(_TOO_DEEP) from None
     except ValueError as e:  # an integer longer than Python's digit limit
         reason = str(e).split(":", 1)[0]
         raise RowError(f"invalid JSON: number too large ({reason})") from None
@@ -214,7 +245,8 @@ def _json_type(v: object) -> str:
     return type(v).__name__
 
 
-def _show(v: object) -> str:
+def show(v: object) -> str:
+    """A JSON value for a message: its JSON text, cut to 40 characters."""
     s = json.dumps(v) if not isinstance(v, float) or math.isfinite(v) else repr(v)
     return s if len(s) <= 40 else s[:37] + "..."
 
@@ -224,11 +256,11 @@ def as_int(key: str, v: object) -> int:
     At most 64 bits: lengths and timestamps beyond that are mistakes, not requests."""
     if type(v) is int or (type(v) is float and math.isfinite(v) and v.is_integer()):
         if not -_INT64 <= v < _INT64:
-            raise RowError(f"field '{key}': number too large, got {_show(v)}")
+            raise RowError(f"field '{key}': number too large, got {show(v)}")
         return int(v)
     if type(v) is float and not math.isfinite(v):
         raise RowError(f"field '{key}': non-finite number {v!r}")
-    raise RowError(f"field '{key}': expected an integer, got {_json_type(v)} {_show(v)}")
+    raise RowError(f"field '{key}': expected an integer, got {_json_type(v)} {show(v)}")
 
 
 def as_number(key: str, v: object) -> float:
@@ -237,12 +269,12 @@ def as_number(key: str, v: object) -> float:
         try:
             return float(v)
         except OverflowError:
-            raise RowError(f"field '{key}': number too large, got {_show(v)}") from None
+            raise RowError(f"field '{key}': number too large, got {show(v)}") from None
     if type(v) is float:
         if not math.isfinite(v):
             raise RowError(f"field '{key}': non-finite number {v!r}")
         return v
-    raise RowError(f"field '{key}': expected a number, got {_json_type(v)} {_show(v)}")
+    raise RowError(f"field '{key}': expected a number, got {_json_type(v)} {show(v)}")
 
 
 def pick(obj: dict[str, Any], *keys: str) -> tuple[str, Any] | None:
@@ -286,7 +318,7 @@ def get_opt_bool(obj: dict[str, Any], key: str) -> bool:
         return False
     if type(v) is bool:
         return v
-    raise RowError(f"field '{key}': expected true or false, got {_json_type(v)} {_show(v)}")
+    raise RowError(f"field '{key}': expected true or false, got {_json_type(v)} {show(v)}")
 
 
 def get_seconds(obj: dict[str, Any], *keys: str, scale: float = 1.0) -> float:
@@ -294,7 +326,7 @@ def get_seconds(obj: dict[str, Any], *keys: str, scale: float = 1.0) -> float:
     key, v = need(obj, *keys)
     t = as_number(key, v)
     if t < 0:
-        raise RowError(f"field '{key}': must be >= 0, got {_show(v)}")
+        raise RowError(f"field '{key}': must be >= 0, got {show(v)}")
     return t * scale
 
 
@@ -313,7 +345,7 @@ def get_int_list(obj: dict[str, Any], key: str) -> tuple[int, ...]:
             out.append(as_int(key, x))
         except RowError:
             raise RowError(
-                f"field '{key}': item {i} is {_json_type(x)} {_show(x)}, not an integer"
+                f"field '{key}': item {i} is {_json_type(x)} {show(x)}, not an integer"
             ) from None
     return tuple(out)
 
@@ -343,9 +375,9 @@ def _parse_own(
     elif isinstance(rid_v, str) and rid_v:
         rid = rid_v
     else:
-        raise RowError(f"field 'rid': expected a non-empty string, got {_show(rid_v)}")
+        raise RowError(f"field 'rid': expected a non-empty string, got {show(rid_v)}")
     if rid in seen:
-        raise RowError(f"duplicate rid {rid!r}")
+        raise RowError(f"duplicate rid {rid[:40]!r}" + ("..." if len(rid) > 40 else ""))
     arrival = get_seconds(obj, "arrival_s")
     output_len = get_int(obj, "output_len", min_value=0)
     priority = get_opt_int(obj, "priority", 0)

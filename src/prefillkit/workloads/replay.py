@@ -196,6 +196,17 @@ def _spread(times: list[float]) -> list[float]:
     return out
 
 
+def _scaled(t: float, scale: float, options: ReplayOptions, source: str) -> float:
+    """``t * scale``, refused once it is no longer a finite number of seconds."""
+    out = t * scale
+    if not math.isfinite(out):
+        how = f"--rate {options.rate:g}" if options.rate is not None else f"--time-scale {scale:g}"
+        raise WorkloadError(
+            source, None, f"an arrival at {t:.3g} s rescaled by {how} is beyond a float's range"
+        )
+    return out
+
+
 def _retime(records: list[TraceRecord], options: ReplayOptions, source: str) -> list[TraceRecord]:
     if not records:
         return records
@@ -210,9 +221,16 @@ def _retime(records: list[TraceRecord], options: ReplayOptions, source: str) -> 
             raise WorkloadError(
                 source, None, "cannot rescale to a rate: all selected requests arrive at once"
             )
-        scale = len(times) / (span * options.rate)
+        scale = len(times) / (span * options.rate) if span * options.rate > 0 else math.inf
+        if not math.isfinite(scale):
+            raise WorkloadError(
+                source,
+                None,
+                f"--rate {options.rate:g}: rescaling the {span:.3g} s arrival span to it is "
+                "beyond a float's range",
+            )
     if scale != 1.0:
-        times = [t * scale for t in times]
+        times = [_scaled(t, scale, options, source) for t in times]
     return [r if r.arrival_s == t else r.at(t) for r, t in zip(records, times, strict=True)]
 
 
@@ -235,7 +253,7 @@ def _iter_retime(
 
     def emit(rec: TraceRecord, t: float) -> TraceRecord:
         if scale != 1.0:
-            t = t * scale
+            t = _scaled(t, scale, options, source)
         return rec if rec.arrival_s == t else rec.at(t)
 
     if not options.spread_buckets:

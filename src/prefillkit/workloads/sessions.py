@@ -30,6 +30,12 @@ __all__ = ["SessionCheck", "file_has_sessions", "parse_session"]
 _KEYS = ("session_id", "turn", "think_s")
 
 
+def _short(value: object) -> str:
+    """``repr(value)`` cut to 40 characters for a message (a session id may be long)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def parse_session(obj: dict[str, Any], errors: type[ValueError]) -> SessionTurn | None:
     """The row's session fields as a :class:`SessionTurn` (``last`` None: not known), or
     None when it has none; ``errors`` is the exception class for a bad field."""
@@ -39,19 +45,25 @@ def parse_session(obj: dict[str, Any], errors: type[ValueError]) -> SessionTurn 
     if not isinstance(sid, str) or not sid:
         if sid is None:
             raise errors("field 'turn'/'think_s' needs a 'session_id'")
-        raise errors(f"field 'session_id': expected a non-empty string, got {sid!r}"[:120])
+        raise errors(f"field 'session_id': expected a non-empty string, got {_short(sid)}")
     turn = obj.get("turn")
     if turn is None:
-        raise errors(f"session {sid!r}: missing field 'turn' (0 for the session's first)")
+        raise errors(f"session {_short(sid)}: missing field 'turn' (0 for the session's first)")
     if type(turn) is float and turn.is_integer():
         turn = int(turn)
+    if type(turn) is int and turn >= 2**63:
+        raise errors(f"field 'turn': number too large, got {_short(turn)}")
     if type(turn) is not int or turn < 0:
-        raise errors(f"field 'turn': expected an integer >= 0, got {turn!r}"[:120])
+        raise errors(f"field 'turn': expected an integer >= 0, got {_short(turn)}")
     think = obj.get("think_s", 0.0)
     if think is None:
         think = 0.0
-    if type(think) not in (int, float) or not math.isfinite(think) or think < 0:
-        raise errors(f"field 'think_s': expected a number >= 0, got {think!r}"[:120])
+    try:  # NOTE: math.isfinite of an integer beyond a float's range raises OverflowError
+        bad = type(think) not in (int, float) or not math.isfinite(think) or think < 0
+    except OverflowError:
+        bad = True
+    if bad:
+        raise errors(f"field 'think_s': expected a number >= 0, got {_short(think)}")
     return SessionTurn(sid, turn, float(think), None)
 
 
@@ -76,14 +88,14 @@ class SessionCheck:
         if prev is None:
             if turn != 0:
                 raise errors(
-                    f"session {sid!r} starts at turn {turn}: turn 0 is missing "
+                    f"session {_short(sid)} starts at turn {turn}: turn 0 is missing "
                     "(turns count from 0, in file order)"
                 )
         elif turn <= prev:
-            raise errors(f"turn {turn} of session {sid!r} comes after its turn {prev}")
+            raise errors(f"turn {turn} of session {_short(sid)} comes after its turn {prev}")
         elif turn != prev + 1:
             raise errors(
-                f"turn {turn} of session {sid!r} follows its turn {prev}: turn "
+                f"turn {turn} of session {_short(sid)} follows its turn {prev}: turn "
                 f"{prev + 1} is missing"
             )
 

@@ -9,7 +9,9 @@ never sharing a partial last block.
 
 Records with token ids are cut into ``token_block_size``-token blocks identified by a
 chained xxh3 hash; records with neither hash ids nor tokens never hit (their blocks are
-counted with ``token_block_size`` as well).
+counted with ``token_block_size`` as well). ``trace-stats`` and ``generate``'s note both
+pass :data:`TOKEN_BLOCK_SIZE` (unless ``trace-stats --page-size`` says otherwise), so they
+report one figure for one file.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ if TYPE_CHECKING:
 else:
     np = lazy_module("numpy")
 
-__all__ = ["LengthStats", "TraceStats", "prefix_block_ids", "trace_stats"]
+__all__ = ["TOKEN_BLOCK_SIZE", "LengthStats", "TraceStats", "prefix_block_ids", "trace_stats"]
+
+#: Tokens per block of a token-id prompt: ``trace-stats --page-size``'s default (64, the
+#: KV page size of the replays).
+TOKEN_BLOCK_SIZE = 64
 
 
 @dataclass(frozen=True, slots=True)

@@ -445,4 +445,6 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
         data = tomllib.loads(text)
     except ValueError as exc:
         raise SweepError(one_line(f"{p}: invalid TOML: {exc}")) from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays / tables
+        raise SweepError(f"{p}: invalid TOML: nested too deeply") from None
     return parse_grid(data, p)

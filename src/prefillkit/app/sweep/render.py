@@ -18,12 +18,14 @@ import base64
 import html
 import io
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
+from prefillkit.app.sweep import SweepError
 from prefillkit.app.sweep.store import Store, atomic_write_bytes
 
 __all__ = [
@@ -203,9 +205,59 @@ def _fig_png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+#: Offsets (points) tried for a front point's label, nearest first: above left, above
+#: right, below left, below right, then the same rows further out.
+LABEL_OFFSETS: tuple[tuple[float, float, str, str], ...] = tuple(
+    offset
+    for ring in range(12)
+    for offset in (
+        (-6.0, 7.0 + 10.0 * ring, "right", "bottom"),
+        (6.0, 7.0 + 10.0 * ring, "left", "bottom"),
+        (-6.0, -7.0 - 10.0 * ring, "right", "top"),
+        (6.0, -7.0 - 10.0 * ring, "left", "top"),
+    )
+)
+_FRONT_MARKER_S = 90.0  # scatter size (points^2) of the rings around the front's points
+
+
+def _label_front(ax: Any, points: Sequence[tuple[float, float, str]]) -> None:
+    """Annotate ``(x, y, text)`` points so no two labels overlap, nor a label a point's
+    ring: each takes the first of :data:`LABEL_OFFSETS` clear of those placed before it
+    (close points, as a capacity search's probes near the limit, get labels further out)."""
+    from matplotlib.transforms import Bbox
+
+    if not points:
+        return
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    ax.get_xlim(), ax.get_ylim()  # settle the autoscaled limits the offsets hang on
+    r = math.sqrt(_FRONT_MARKER_S) / 2 * fig.dpi / 72  # ring radius, pixels
+    taken = [
+        Bbox.from_bounds(px - r, py - r, 2 * r, 2 * r)
+        for px, py in ax.transData.transform([(x, y) for x, y, _ in points])
+    ]
+    last = len(LABEL_OFFSETS) - 1
+    for x, y, text in points:
+        for k, (dx, dy, ha, va) in enumerate(LABEL_OFFSETS):
+            ann = ax.annotate(
+                text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=8, ha=ha, va=va
+            )
+            box = ann.get_window_extent(renderer).padded(1.5)
+            if k == last or not any(box.overlaps(other) for other in taken):
+                taken.append(box)  # the last offset stays even if crowded
+                break
+            ann.remove()
+
+
 def pareto_png(view: View, x_key: str = "input_throughput_tok_s") -> bytes | None:
     """Scatter of p99 TTFT vs ``x_key`` per workload, the front joined and its points
-    numbered as in the table."""
+    numbered as in the table (:func:`pareto_figure`)."""
+    fig = pareto_figure(view, x_key)
+    return None if fig is None else _fig_png(fig)
+
+
+def pareto_figure(view: View, x_key: str = "input_throughput_tok_s") -> Any:
+    """The figure of :func:`pareto_png` (None without a finished point)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -250,26 +302,18 @@ def pareto_png(view: View, x_key: str = "input_throughput_tok_s") -> bytes | Non
         ax.scatter(
             [p[1] for p in fp],
             [p[2] for p in fp],
-            s=90,
+            s=_FRONT_MARKER_S,
             facecolors="none",
             edgecolors="0.25",
             zorder=4,
         )
-        for pid, x, y, _ in fp:
-            ax.annotate(
-                f"#{index[pid]}",
-                (x, y),
-                textcoords="offset points",
-                xytext=(-6, 7),
-                fontsize=8,
-                ha="right",
-            )
         ax.set_xlabel("input throughput (tok/s)" if x_key.startswith("input") else x_key)
         ax.set_ylabel("TTFT p99 (s)")
         ax.set_title(f"{w}: p99 TTFT vs input throughput")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    return _fig_png(fig)
+        _label_front(ax, [(x, y, f"#{index[pid]}") for pid, x, y, _ in fp])
+    return fig
 
 
 def gpus_png(view: View) -> bytes | None:
@@ -290,6 +334,20 @@ def gpus_png(view: View) -> bytes | None:
     ax.set_title("p99 TTFT vs GPUs")
     ax.grid(alpha=0.3)
     return _fig_png(fig)
+
+
+def knob_effect(view: View, name: str, values: Sequence[object]) -> list[tuple[list[float], float]]:
+    """Per value of label ``name``: the finished points' p99 TTFTs and their median
+    (``statistics.median``: the mean of the middle two for an even count; NaN for none)."""
+    out: list[tuple[list[float], float]] = []
+    for v in values:
+        here = [
+            y
+            for e, r in view.ok()
+            if e.get("labels", {}).get(name) == v and (y := _num(r, "ttft_p99_s")) is not None
+        ]
+        out.append((here, statistics.median(here) if here else math.nan))
+    return out
 
 
 def effects_png(view: View) -> bytes | None:
@@ -317,15 +375,10 @@ def effects_png(view: View) -> bytes | None:
         except TypeError:
             pass
         xs, ys, med = [], [], []
-        for j, v in enumerate(values):
-            here = [
-                y
-                for e, r in view.ok()
-                if e.get("labels", {}).get(name) == v and (y := _num(r, "ttft_p99_s")) is not None
-            ]
+        for j, (here, median) in enumerate(knob_effect(view, name, values)):
             xs += [j] * len(here)
             ys += here
-            med.append(sorted(here)[len(here) // 2] if here else math.nan)
+            med.append(median)
         ax.scatter(xs, ys, s=14, color="0.6")
         ax.plot(range(len(values)), med, "o-", color="C0")
         ax.set_xticks(range(len(values)), [_label_text(v) for v in values], rotation=30)
@@ -400,7 +453,16 @@ def render_store(root: str | Path, console: Any, *, write_page: bool = True) -> 
     extra: list[Table] = []
     cap_path = store.root / CAPACITY_FILE
     if kind == "capacity" and cap_path.is_file():
-        extra.append(capacity_table(json.loads(cap_path.read_text(encoding="utf-8"))))
+        try:
+            result = json.loads(cap_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SweepError(f"{cap_path}: cannot read: {' '.join(str(exc).split())}") from None
+        except RecursionError:
+            raise SweepError(f"{cap_path}: cannot read: JSON nested too deeply") from None
+        try:
+            extra.append(capacity_table(result))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise SweepError(f"{cap_path}: not a capacity result ({exc!r:.80})") from None
     else:
         console.print(summary_table(view, f"prefillkit sweep: {name}"))
         console.print(slo_table(view))

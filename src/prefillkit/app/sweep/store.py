@@ -318,6 +318,8 @@ class Store:
             return {}
         except (OSError, ValueError) as exc:
             raise SweepError(f"{path}: cannot read: {' '.join(str(exc).split())}") from None
+        except RecursionError:
+            raise SweepError(f"{path}: cannot read: JSON nested too deeply") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise SweepError(f"{path}: not a prefillkit sweep manifest")
         return data
