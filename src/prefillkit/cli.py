@@ -961,7 +961,9 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             try:
                 timeline = StreamingTraceWriter(trace_events)
             except OSError as exc:
-                raise InputError(f"--trace-events {trace_events}: {_os_reason(exc)}") from None
+                raise InputError(
+                    f"--trace-events {trace_events}: {_os_reason(exc, trace_events)}"
+                ) from None
         try:
             result = run_replay(
                 cfg.sim_settings(),
@@ -979,7 +981,9 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
             raise InputError(_os_reason(exc)) from None
         except OSError as exc:
             if timeline is not None and timeline.error is exc:
-                raise InputError(f"--trace-events {trace_events}: {_os_reason(exc)}") from None
+                raise InputError(
+                    f"--trace-events {trace_events}: {_os_reason(exc, trace_events)}"
+                ) from None
             if out is None or not streaming:
                 raise
             raise InputError(f"--out {out}: cannot write results: {_os_reason(exc)}") from None
@@ -997,7 +1001,9 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
                 else:
                     write_trace_events(result, trace_events)
             except OSError as exc:
-                raise InputError(f"--trace-events {trace_events}: {_os_reason(exc)}") from None
+                raise InputError(
+                    f"--trace-events {trace_events}: {_os_reason(exc, trace_events)}"
+                ) from None
             if not quiet:
                 echo_err(f"wrote {trace_events} (open in ui.perfetto.dev or chrome://tracing)")
         if out is not None:
@@ -1399,7 +1405,7 @@ def generate_cmd(ctx: click.Context, /, **params: Any) -> None:
     try:
         write_trace_jsonl(records, output)
     except OSError as exc:
-        raise InputError(f"--output {output}: cannot write: {_os_reason(exc)}") from None
+        raise InputError(f"--output {output}: cannot write: {_os_reason(exc, output)}") from None
     if not params["quiet"]:
         # The figure trace-stats reports for the file: same function, same token blocks.
         stats = trace_stats(records, token_block_size=TOKEN_BLOCK_SIZE)
@@ -1898,9 +1904,10 @@ def capacity_cmd(ctx: click.Context, /, **params: Any) -> None:
 # --------------------------------------------------------------------------- entry point
 
 
-def _os_reason(exc: OSError) -> str:
+def _os_reason(exc: OSError, named: str | None = None) -> str:
+    """``exc``'s reason, after its file name unless that is ``named`` (already said)."""
     reason = exc.strerror or str(exc)
-    if exc.strerror and exc.filename:
+    if exc.strerror and exc.filename and str(exc.filename) != named:
         reason = f"{exc.filename}: {reason}"
     return " ".join(reason.split())
 
