@@ -194,7 +194,7 @@ class Request:
     # [owned_start_page, owned_end_page). The pages before owned_start_page are those of
     # the locked prefix (locked_node's path): the two together are the request's page
     # table (the engine's req_to_token row). NOTE: empty ([]) while it owns no pages.
-    owned_pages: list[array] = field(init=False, default_factory=list)
+    owned_pages: list[array[int]] = field(init=False, default_factory=list)
     # The pages the step in flight allocated (cache/pages.py ``Pending``): they join
     # owned_pages when its forward is done. NOTE: None outside a forward.
     pending_pages: Pending | None = field(init=False, default=None)

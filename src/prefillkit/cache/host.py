@@ -60,12 +60,12 @@ class HostTier:
     def free_pages(self) -> int:
         return self.capacity_pages - self.used_pages
 
-    def take_slots(self, n: int) -> array:
+    def take_slots(self, n: int) -> array[int]:
         """``n`` free host slots (the caller made room). Mutates the free slots."""
         self.used_pages += n
         return self.free_slots.take(n)
 
-    def give_slots(self, slots: array) -> None:
+    def give_slots(self, slots: array[int]) -> None:
         """Return host slots to the free slots."""
         self.used_pages -= len(slots)
         self.free_slots.give(slots)

@@ -17,7 +17,7 @@ from prefillkit.cache.prefix import PrefixCache
 
 #: A live request's pages as the checker sees them: ``(rid, owned_start_page,
 #: owned_pages, locked_node)`` (see ``Request.owned_pages``).
-PageHolder = tuple[str, int, list[array], Node | None]
+PageHolder = tuple[str, int, list["array[int]"], Node | None]
 
 
 class InvariantError(AssertionError):
@@ -34,7 +34,7 @@ def _id_space(n: int) -> frozenset[int]:
     return frozenset(range(n))
 
 
-def _check_partition(what: str, stack: IdStack, held: list[tuple[object, array]]) -> None:
+def _check_partition(what: str, stack: IdStack, held: list[tuple[object, array[int]]]) -> None:
     """The free ids of ``stack`` and the ``held`` arrays (holder, ids) must cover the id
     space ``[0, stack.size)`` exactly once. A holder is named by ``str()`` (a node's repr
     is built only when the check fails)."""
@@ -251,8 +251,8 @@ def _check_pages(cache: PrefixCache, holders: list[PageHolder]) -> None:
     pool = cache.pool
     r = pool.cp_size
     u = cache.unit_pages
-    lanes: list[list[tuple[object, array]]] = [[("the loose pages", lo)] for lo in pool.loose]
-    host_held: list[tuple[object, array]] = []
+    lanes: list[list[tuple[object, array[int]]]] = [[("the loose pages", lo)] for lo in pool.loose]
+    host_held: list[tuple[object, array[int]]] = []
     stack = list(cache.root.children.values())
     while stack:
         node = stack.pop()

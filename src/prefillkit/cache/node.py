@@ -45,7 +45,7 @@ class Node:
         parent: Node | None,
         n_pages: int,
         lane_pages: list[int],
-        pages: list[array],
+        pages: list[array[int]],
     ) -> None:
         self.keys = keys
         self.start = start

@@ -34,7 +34,7 @@ __all__ = [
 _TYPECODE = "q"
 
 
-def empty_table(cp_size: int) -> list[array]:
+def empty_table(cp_size: int) -> list[array[int]]:
     """A lane table holding no pages."""
     return [array(_TYPECODE) for _ in range(cp_size)]
 
@@ -77,7 +77,7 @@ class IdStack:
             self.top = len(fresh)
             self.fresh = stop
 
-    def take(self, n: int) -> array:
+    def take(self, n: int) -> array[int]:
         """Take ``n`` free ids (the caller checked ``len(self) >= n``)."""
         if self.top < n:
             self._grow(n - self.top)
@@ -92,7 +92,7 @@ class IdStack:
         self.top -= 1
         return self.ids[self.top]
 
-    def give(self, ids: array) -> None:
+    def give(self, ids: array[int]) -> None:
         """Mark ``ids`` free (the caller guarantees they were not)."""
         top = self.top
         end = top + len(ids)
@@ -106,16 +106,16 @@ class IdStack:
 
 #: Pages allocated by one step for one request, not yet in its page table: per owner
 #: lane, ``blocks[i][offs[i] : offs[i] + counts[i]]`` (the blocks are the batch's, shared).
-Pending = tuple[list[array], list[int], list[int]]
+Pending = tuple[list["array[int]"], list[int], list[int]]
 
 
-def pending_table(pending: Pending) -> list[array]:
+def pending_table(pending: Pending) -> list[array[int]]:
     """The lane table of a :data:`Pending` run (new arrays)."""
     blocks, offs, counts = pending
     return [b[o : o + n] for b, o, n in zip(blocks, offs, counts, strict=True)]
 
 
-def take(stack: array, n: int) -> array:
+def take(stack: array[int], n: int) -> array[int]:
     """Pop the top ``n`` ids off ``stack`` (mutated; the caller checked it holds them)."""
     k = len(stack) - n
     out = stack[k:]
@@ -123,7 +123,7 @@ def take(stack: array, n: int) -> array:
     return out
 
 
-def global_ids(lanes: list[array], start_page: int) -> list[int]:
+def global_ids(lanes: list[array[int]], start_page: int) -> list[int]:
     """Engine-facing page ids of a lane table covering sequence pages from ``start_page``,
     in sequence order: lane-local id ``k`` of lane ``i`` is ``k * R + i`` (O(pages))."""
     r = len(lanes)

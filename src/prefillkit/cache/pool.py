@@ -90,18 +90,18 @@ class KVPool:
         return all(free[i] >= n for i, n in enumerate(lanes))
 
     # ---- page-level transitions (each keeps the per-lane identity) ----
-    def _take(self, lanes: list[int]) -> list[array]:
+    def _take(self, lanes: list[int]) -> list[array[int]]:
         """``lanes[i]`` free pages of each lane as a lane table (the caller checked)."""
         free = self.free
         stacks = self.free_ids
-        out: list[array] = []
+        out: list[array[int]] = []
         for i, n in enumerate(lanes):
             out.append(stacks[i].take(n))
             free[i] -= n
         self.free_total -= sum(lanes)
         return out
 
-    def _give(self, table: list[array]) -> None:
+    def _give(self, table: list[array[int]]) -> None:
         """Return a lane table's pages to the free ids."""
         free = self.free
         stacks = self.free_ids
@@ -123,7 +123,7 @@ class KVPool:
                 total += n
         self.free_total += total
 
-    def take_owned(self, lanes: list[int]) -> list[array] | None:
+    def take_owned(self, lanes: list[int]) -> list[array[int]] | None:
         """free -> request-owned: ``lanes[i]`` pages per lane. All or nothing (None)."""
         if not self.has_free(lanes):
             return None
@@ -132,7 +132,7 @@ class KVPool:
             owned[i] += n
         return self._take(lanes)
 
-    def take_owned_page(self, lane: int, ids: array) -> bool:
+    def take_owned_page(self, lane: int, ids: array[int]) -> bool:
         """free -> request-owned: one page of ``lane`` appended to ``ids`` (that lane's
         part of the request's page table, mutated). False when the lane is full."""
         if self.free[lane] <= 0:
@@ -143,7 +143,7 @@ class KVPool:
         self.owned[lane] += 1
         return True
 
-    def give_owned(self, table: list[array]) -> None:
+    def give_owned(self, table: list[array[int]]) -> None:
         """request-owned -> free."""
         owned = self.owned
         for i, t in enumerate(table):
@@ -156,7 +156,7 @@ class KVPool:
             self.owned[i] -= n
             self.cached[i] += n
 
-    def take_cached(self, lanes: list[int]) -> list[array] | None:
+    def take_cached(self, lanes: list[int]) -> list[array[int]] | None:
         """free -> cached (load-back from host). All or nothing (None)."""
         if not self.has_free(lanes):
             return None
@@ -165,7 +165,7 @@ class KVPool:
             cached[i] += n
         return self._take(lanes)
 
-    def give_cached(self, table: list[array], counts: list[int]) -> None:
+    def give_cached(self, table: list[array[int]], counts: list[int]) -> None:
         """cached -> free (device eviction); ``counts``: pages per lane of ``table``."""
         cached = self.cached
         for i, n in enumerate(counts):
@@ -182,9 +182,9 @@ class KVPool:
             lo.extend(t)
         return True
 
-    def take_loose(self, lanes: list[int]) -> list[array]:
+    def take_loose(self, lanes: list[int]) -> list[array[int]]:
         """``lanes[i]`` loose pages of each lane as a lane table (they stay owned)."""
-        out: list[array] = []
+        out: list[array[int]] = []
         for i, n in enumerate(lanes):
             lo = self.loose[i]
             if len(lo) < n:

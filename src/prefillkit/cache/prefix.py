@@ -77,7 +77,7 @@ class LoadBack:
     boundary: Node
     pages: int
     tokens: int
-    copies: tuple[tuple[int, array, list[array]], ...] = ()
+    copies: tuple[tuple[int, array[int], list[array[int]]], ...] = ()
 
     # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
     # ReqShape).
@@ -87,7 +87,7 @@ class LoadBack:
         boundary: Node,
         pages: int,
         tokens: int,
-        copies: tuple[tuple[int, array, list[array]], ...] = (),
+        copies: tuple[tuple[int, array[int], list[array[int]]], ...] = (),
     ) -> None:
         self.deepest = deepest
         self.boundary = boundary
@@ -446,7 +446,7 @@ class PrefixCache:
         keys: list[int],
         from_units: int,
         to_units: int,
-        pages: list[array] | None = None,
+        pages: list[array[int]] | None = None,
         base: list[int] | None = None,
     ) -> Node:
         """Cache units ``[from_units, to_units)`` of ``keys`` computed by a request.
@@ -625,7 +625,7 @@ class PrefixCache:
             return False
         return self.evict_for(lanes)
 
-    def alloc_page(self, page: int, table: list[array]) -> bool:
+    def alloc_page(self, page: int, table: list[array[int]]) -> bool:
         """One request-owned page for sequence page ``page`` appended to the request's
         owned lane table ``table`` (mutated), evicting as needed; False (no change) if
         impossible."""
@@ -776,7 +776,7 @@ class PrefixCache:
         if not self.evict_for(lanes):  # pragma: no cover - guarded by can_make_room
             raise AssertionError("eviction fell short of can_make_room")
         pages = 0
-        copies: list[tuple[int, array, list[array]]] = []
+        copies: list[tuple[int, array[int], list[array[int]]]] = []
         u = self.unit_pages
         listener = self.kv_listener
         for n in path:  # NOTE: deepest first, keeping children before parents in the LRU

@@ -80,7 +80,7 @@ class ScheduledReq:
     prefix_node: Node | None
     prefix_node_pages: int
     unit_pages: int
-    prefix_owned: tuple[array, ...]
+    prefix_owned: tuple[array[int], ...]
     new_start_page: int
     pending: Pending
     load_back: tuple[tuple[int, int], ...]
@@ -99,7 +99,7 @@ class ScheduledReq:
         prefix_node: Node | None,
         prefix_node_pages: int,
         unit_pages: int,
-        prefix_owned: tuple[array, ...],
+        prefix_owned: tuple[array[int], ...],
         new_start_page: int,
         pending: Pending,
         load_back: tuple[tuple[int, int], ...],
@@ -121,7 +121,7 @@ class ScheduledReq:
         object.__setattr__(self, "is_chunk", is_chunk)
 
     @property
-    def new_pages(self) -> tuple[array, ...]:
+    def new_pages(self) -> tuple[array[int], ...]:
         """The new pages per owner lane (lane-local ids), from ``pending`` (the batch's
         page blocks, never mutated) when asked: a step that nobody reads costs nothing."""
         return tuple(pending_table(self.pending))
@@ -136,7 +136,7 @@ class ScheduledReq:
 
     def prefix_page_ids(self) -> list[int]:
         """Engine-facing ids of the prefix's pages, in sequence order (O(pages))."""
-        parts: list[tuple[int, list[array]]] = []
+        parts: list[tuple[int, list[array[int]]]] = []
         node = self.prefix_node
         while node is not None and node.parent is not None:  # NOTE: the root holds none
             parts.append((node.start * self.unit_pages, node.pages))

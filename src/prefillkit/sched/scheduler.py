@@ -193,7 +193,7 @@ def build_limits(
     )
 
 
-def _owned_ids(req: Request) -> list[array]:
+def _owned_ids(req: Request) -> list[array[int]]:
     """Every page id ``req`` owns: its page table past the prefix, and the step in
     flight's pages."""
     if req.pending_pages is None:
