@@ -378,6 +378,17 @@ def test_console_script_and_python_m() -> None:
 # --------------------------------------------------------------------------- SIGINT
 
 
+def _rows_written(out: Path) -> bool:
+    """Whether a running replay's first request rows reached their temporary file."""
+    for part in out.glob(".requests.csv.*.part"):
+        try:
+            if part.stat().st_size:
+                return True
+        except FileNotFoundError:  # committed meanwhile
+            pass
+    return False
+
+
 @needs_mooncake
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_sigint_writes_partial_results(tmp_path: Path) -> None:
@@ -419,7 +430,12 @@ def test_sigint_writes_partial_results(tmp_path: Path) -> None:
             stderr_lines.append(line)
             if line.startswith("replaying "):
                 break
-        time.sleep(1.0)
+        # NOTE: after N finished requests, not after a sleep: the first rows of
+        # requests.csv reach its temporary file (256 K characters: ~2,000 requests).
+        while not _rows_written(out):
+            assert proc.poll() is None, "the replay ended before its first rows"
+            assert time.monotonic() < deadline + 120, "no rows written"
+            time.sleep(0.01)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)  # stdout is small (a table): no pipe deadlock
         assert proc.stdout is not None

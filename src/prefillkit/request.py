@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """A request and its prompt key chain.
 
 The prompt is summarised once, on arrival, as a chain of *cache keys*: one key per

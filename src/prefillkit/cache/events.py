@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """KV-cache events (vLLM's ``KVCacheEvent`` family is the model).
 
 A :class:`~prefillkit.cache.prefix.PrefixCache` with a ``kv_listener`` calls it with one

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """Host tier (L2, "HiCache"): capacity, host slot ids, write policy and the host LRU.
 
 The tree operations live in :class:`prefillkit.cache.prefix.PrefixCache`; this object

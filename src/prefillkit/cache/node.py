@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """A radix-tree node: a maximal run of key units with one residency state."""
 
 from __future__ import annotations

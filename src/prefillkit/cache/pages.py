@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """Page ids as compact arrays: the representation of pages held by the pool, the cache's
 nodes and the requests.
 

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """The KV page pool: real page ids, split into CP owner lanes.
 
 ``total_pages`` pages of ``page_size`` tokens are split into ``cp_size`` owner lanes.

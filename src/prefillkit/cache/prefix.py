@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """The prefix cache: a radix tree over key chains with a device tier (L1) and an
 optional host tier (L2).
 

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """PrefillAdder: one admission pass's budgets and the per-request admission rules.
 
 Upstream names are kept (``rem_total_tokens``, ``cur_rem_tokens``, ``rem_input_tokens``,

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """Warm/cold cache-affinity admission decision (docs/design.md §5; default off).
 
 Under FCFS a cold request (little or no cached prefix) that joins a warm-led batch

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """CPU-only estimate of the temporary device buffers of one CP shared-KV prefill forward.
 
 The ``cp_shared_kv_prefill_max_buffer_size`` admission gate (docs/design.md §4, §6)

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """The scheduler's own settings: the admission knobs and nothing else.
 
 :class:`SchedulerConfig` is what :class:`~prefillkit.sched.scheduler.Scheduler` reads. It

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """The page-aligned CP split of a prefill forward: which rank computes which query rows.
 
 With context-parallel degree ``R`` the KV pool has ``R`` owner lanes and page ``j`` of a

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """What an engine calls: the scheduler's typed interface and its step result.
 
 An engine (the simulator's loop in ``prefillkit.sim.engine``, ``examples/embed_engine.py``,

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """The LPM order kept across passes: work per pass bounded by what changed.
 
 :func:`prefillkit.sched.policy.order_lpm` confirms every waiting request's match and

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """A waiting request's current match, confirmed from its previous one.
 
 Between passes a match rarely changes, and every pass needs it for every waiting request

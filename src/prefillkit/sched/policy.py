@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """Waiting-queue ordering policies: fcfs, lpm, dfs-weight, lof, random, and priority.
 
 Each policy is a function of the queue and the cache that returns a new order and

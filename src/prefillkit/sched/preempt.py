@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """Priority preemption: which running requests to evict for a higher-priority one."""
 
 from __future__ import annotations

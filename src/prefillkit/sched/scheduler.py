@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """The scheduler: waiting queue, admission pass, and KV lifecycle of requests.
 
 This is the one narrow interface an engine (the simulator, or a real one) talks to:

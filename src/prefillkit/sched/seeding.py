@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """State seeding: build a scheduler that already holds cached prefixes and running
 requests (warm starts, differential tests against other engines, embedding mid-flight).
 

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """A batch's cached tokens, split by where they come from.
 
 The scheduler's ``StepOutput.cached_tokens`` is the sum of each request's true prefix

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """What a streaming run keeps: compact per-request columns, and rows sent out in order.
 
 A streaming replay (:class:`prefillkit.sim.engine.Engine` given an iterator of requests)

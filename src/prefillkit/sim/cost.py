@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """Forward-time cost model: what the simulator uses in place of a GPU.
 
 One small interface, :class:`CostModel`, and one implementation,

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """The discrete-event engine loop: arrivals -> admission pass -> forward -> completion.
 
 A heap of ``(time, priority, seq, kind, payload)`` events; no wall-clock sleeps. The

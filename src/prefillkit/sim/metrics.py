@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """Per-request rows, per-batch rows and the run summary.
 
 Percentiles come from :func:`percentile` (numpy, linear interpolation) everywhere.

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """Write a simulator run to a run directory: ``summary.json``, ``requests.csv``, ``batches.csv``.
 
 Layout of ``summary.json`` (read back by :mod:`prefillkit.report.rundir`)::

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """How one prefill forward's work splits over the context-parallel ranks.
 
 The page-aligned CP split of :mod:`prefillkit.sched.cp_split` (page ``j`` of a sequence

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """Where a streaming run's CSV rows are formatted and written: here, or in a child process.
 
 Formatting the rows of ``requests.csv`` and ``batches.csv`` (``repr`` of some 20 floats a

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """prefillkit's own JSONL workload format, plus the line reader all JSONL loaders share.
 
 Format

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """Streaming loader for Mooncake (FAST'25) JSONL traces.
 
 One JSON object per line::

@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """One trace request as read from a file or made by a generator, and its ``Request``."""
 
 from __future__ import annotations

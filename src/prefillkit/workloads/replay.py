@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """Read a trace file as replayable records: window, cap, re-time.
 
 Order of operations (:func:`load_records`; ``prefillkit.app.replay.load_requests`` then
