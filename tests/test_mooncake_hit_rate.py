@@ -63,7 +63,7 @@ def test_unbounded_cache_reproduces_ideal_block_hit_rate() -> None:
 def test_split_evictions_never_lower_the_lru_hit_rate() -> None:
     """Evicting only the tail a need covers keeps shared heads: on the Mooncake trace the
     4 M-token LRU hit rate rises from 18.43 % (whole nodes) to 18.50 % (RESULTS.md)."""
-    from prefillkit.app.replay import lru_hit_rate
+    from prefillkit.app.lru_hit_rate import lru_hit_rate
 
     rates = {}
     for split in (False, True):

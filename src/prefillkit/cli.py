@@ -58,6 +58,7 @@ from prefillkit.app.launch import (
     setting_sources,
     weights_warning,
 )
+from prefillkit.app.lru_hit_rate import lru_hit_rate
 from prefillkit.app.measured import (
     EXECUTORS,
     RunFlags,
@@ -71,7 +72,6 @@ from prefillkit.app.replay import (
     WorkloadSpec,
     generate_records,
     load_requests,
-    lru_hit_rate,
     make_replay_options,
     open_workload,
     run_replay,
