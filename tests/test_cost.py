@@ -289,6 +289,19 @@ def test_decode_memory_bound_formula(llama: RooflineCostModel) -> None:
     assert llama.decode_step_time(32, ctx) == pytest.approx(expected)
 
 
+def test_sparse_decode_kv_read_at_one_hand_computed_point(dsv32: RooflineCostModel) -> None:
+    """DeepSeek-V3.2 (61 layers, indexer keys of 128 fp8 bytes + a 4-byte scale per layer,
+    top-k 2048) on 8 x H800, one request of 100,000 context tokens: the step reads the
+    indexer keys of every token, 61 x 132 = 8,052 B, and the MLA latents (61 x 576 x 2 =
+    70,272 B) of the 2,048 tokens the indexer picks: 100,000 x 8,052 + 2,048 x 70,272 =
+    949,117,056 B over 8 GPUs x 3.35 TB/s x 0.8. The weights term is the same at context
+    0, and the step is memory-bound (compute 0.46 ms < weights 1.75 ms)."""
+    assert dsv32.kv_bytes_per_token == 8_052 + 70_272
+    kv_seconds = 949_117_056 / (8 * 3.35e12 * 0.8)
+    step = dsv32.decode_step_time(1, 100_000) - dsv32.decode_step_time(1, 0)
+    assert step == pytest.approx(kv_seconds, rel=1e-12)
+
+
 def test_decode_monotone(dsv32: RooflineCostModel) -> None:
     by_ctx = [dsv32.decode_step_time(64, c) for c in (0, 10_000, 100_000, 1_000_000)]
     assert by_ctx == sorted(by_ctx) and by_ctx[0] < by_ctx[-1]
