@@ -2,37 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_support import cli, error_line
 from prefillkit.app.out_folder import OutFolder
 from prefillkit.app.replay import InputError
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _cli(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("PREFILLKIT_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "prefillkit.cli", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-
 
 def _one_line(proc: subprocess.CompletedProcess[str], needle: str) -> None:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("prefillkit: error: "), proc.stderr
-    assert needle in lines[0], lines[0]
+    assert needle in error_line(proc)
 
 
 SMALL = ("--trace", "mooncake-slice", "--max-requests", "40", "-q")
@@ -49,10 +30,10 @@ SMALL = ("--trace", "mooncake-slice", "--max-requests", "40", "-q")
 def test_second_writer_is_refused(tmp_path: Path, command: tuple[str, ...]) -> None:
     out = tmp_path / "out"
     with OutFolder.claim(out):  # another run holds the folder (a lock of this process)
-        proc = _cli(*command, "--out", out)
+        proc = cli(*command, "--out", out)
         _one_line(proc, f"--out {out}: another prefillkit run is writing this folder")
         assert not any(out.iterdir())  # nothing of the refused run landed
-    proc = _cli(*command, "--out", out)  # the holder is gone: the same command runs
+    proc = cli(*command, "--out", out)  # the holder is gone: the same command runs
     assert proc.returncode == 0, proc.stderr
     assert (out / ("summary.json" if command[0] == "replay" else "compare.json")).is_file()
 
@@ -67,7 +48,7 @@ def test_sweep_and_replay_share_the_lock(tmp_path: Path) -> None:
     try:
         with pytest.raises(SweepError, match="another prefillkit run is writing"):
             Store.open(out)
-        _one_line(_cli("replay", *SMALL, "--out", out), "another prefillkit run")
+        _one_line(cli("replay", *SMALL, "--out", out), "another prefillkit run")
     finally:
         store.close()
     Store.open(out).close()  # released: opens again
@@ -97,6 +78,6 @@ def test_claim_on_a_file_names_it(tmp_path: Path) -> None:
 def test_failed_run_leaves_no_empty_folder(tmp_path: Path) -> None:
     out = tmp_path / "never"
     # accepted by the flag parser, refused when the deployment is built (after the claim)
-    proc = _cli("replay", *SMALL, "--out", out, "--model", "deepseek-v3", "--tp", "1")
+    proc = cli("replay", *SMALL, "--out", out, "--model", "deepseek-v3", "--tp", "1")
     assert proc.returncode == 2, proc.stderr
     assert not out.exists(), list(out.iterdir())

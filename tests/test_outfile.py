@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+from cli_support import cli, error_line
 from prefillkit.outfile import OutputFile, write_bytes, write_text
 
-ROOT = Path(__file__).resolve().parents[1]
 NULL, FULL = os.makedev(1, 3), os.makedev(1, 7)  # Linux: /dev/null and /dev/full
 
 
@@ -31,26 +30,6 @@ def _device(tmp_path: Path, name: str, dev: int) -> Path:
 
 def _is_char_device(path: Path) -> bool:
     return stat.S_ISCHR(os.lstat(path).st_mode)
-
-
-def _cli(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("PREFILLKIT_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "prefillkit.cli", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-
-
-def _error_line(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("prefillkit: error: "), proc.stderr
-    return lines[0]
 
 
 def _leftovers(folder: Path) -> list[str]:
@@ -152,11 +131,11 @@ SMALL = ("--trace", "mooncake-slice", "--max-requests", "30", "-q")
 
 def test_trace_events_to_a_device_keeps_the_device(tmp_path: Path) -> None:
     null = _device(tmp_path, "null", NULL)
-    proc = _cli("replay", *SMALL, "--trace-events", null)
+    proc = cli("replay", *SMALL, "--trace-events", null)
     assert proc.returncode == 0, proc.stderr
     assert _is_char_device(null) and _leftovers(tmp_path) == []
     full = _device(tmp_path, "full", FULL)
-    line = _error_line(_cli("replay", *SMALL, "--trace-events", full))
+    line = error_line(cli("replay", *SMALL, "--trace-events", full))
     assert str(full) in line and "No space left" in line
     assert _is_char_device(full) and _leftovers(tmp_path) == []
 
@@ -166,7 +145,7 @@ def test_trace_events_through_a_symlink(tmp_path: Path) -> None:
     real.write_text("old")
     link = tmp_path / "events.json"
     link.symlink_to(real)
-    proc = _cli("replay", *SMALL, "--trace-events", link)
+    proc = cli("replay", *SMALL, "--trace-events", link)
     assert proc.returncode == 0, proc.stderr
     assert link.is_symlink() and real.read_text().startswith('{"traceEvents":[')
 
@@ -177,7 +156,7 @@ def test_generate_into_a_fifo(tmp_path: Path) -> None:
     got: list[bytes] = []
     reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
     reader.start()
-    proc = _cli(
+    proc = cli(
         "generate",
         "--generator",
         "gsp",
@@ -197,7 +176,7 @@ def test_generate_into_a_fifo(tmp_path: Path) -> None:
 
 def test_generate_onto_full_device_names_it(tmp_path: Path) -> None:
     full = _device(tmp_path, "full", FULL)
-    line = _error_line(_cli("generate", "--generator", "gsp", "-o", full))
+    line = error_line(cli("generate", "--generator", "gsp", "-o", full))
     assert str(full) in line and "No space left" in line
     assert _is_char_device(full)
 
@@ -208,6 +187,6 @@ def test_out_folder_entry_that_is_a_link_is_refused(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text("keep")
     (out / "summary.json").symlink_to(elsewhere)
-    line = _error_line(_cli("replay", *SMALL, "--out", out))
+    line = error_line(cli("replay", *SMALL, "--out", out))
     assert "summary.json" in line and "not a regular file" in line
     assert elsewhere.read_text() == "keep"
