@@ -26,10 +26,10 @@ import time
 from itertools import islice
 
 from prefillkit.app.settings import Config
+from prefillkit.cost.linear import LinearCostModel
 from prefillkit.request import Request, block_key_chain
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sim.engine import Engine
-from prefillkit.sim.linear_cost import LinearCostModel
 
 BLOCK = 64
 

@@ -3,7 +3,7 @@
     python benchmarks/fix_chain.py [--out DIR] [--rate SESSIONS_PER_S] [--jobs N]
 
 Runs ``prefillkit compare`` on the seed workload (``--generator seed``) and the seed
-deployment (``prefillkit.sim.validation.SEED_DEPLOYMENT``: GLM-5 on 8 x H20 141 GB,
+deployment (``prefillkit.cost.validation.SEED_DEPLOYMENT``: GLM-5 on 8 x H20 141 GB,
 CP 8 shared-KV, EP 8, HiCache, 64 K chunks) under the fix chain:
 
 1. ``fcfs-bs1``: FCFS, one request per CP forward (the seed's baseline);
@@ -26,7 +26,7 @@ of warm and cold requests separately, throughput, the paired p99 difference with
 the run; nothing is edited by hand.
 
 The verdict rests on the forward model, above all on how small GEMMs lose efficiency
-(``prefillkit.sim.gemm``). ``--models`` (default ``tiles,sqrt-h100,ideal``) runs the
+(``prefillkit.cost.gemm``). ``--models`` (default ``tiles,sqrt-h100,ideal``) runs the
 same chain once per forward model (``--small-gemm X`` for the roofline, ``aic`` for
 ``--cost-model aic`` when the extra is installed) and prints the verdict side by side:
 "bs > 1: p99 ×a under tiles, ×b under sqrt-h100, ...". The first model's run is the
@@ -47,7 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from prefillkit.sim.validation import SEED_DEPLOYMENT  # noqa: E402
+from prefillkit.cost.validation import SEED_DEPLOYMENT  # noqa: E402
 
 LIMITS = (
     "--enable-cp-shared-kv-prefill-bs-gt1 --cp-shared-kv-prefill-max-requests 8 "

@@ -22,10 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from prefillkit.cost.aic import AicCostModel  # noqa: E402
+from prefillkit.cost.gpus import get_gpu  # noqa: E402
+from prefillkit.cost.roofline import ParallelLayout, ReqShape, RooflineCostModel  # noqa: E402
 from prefillkit.models import get_model  # noqa: E402
-from prefillkit.sim.aic_cost import AicCostModel  # noqa: E402
-from prefillkit.sim.cost import ParallelLayout, ReqShape, RooflineCostModel  # noqa: E402
-from prefillkit.sim.gpus import get_gpu  # noqa: E402
 
 GPUS = ("h100", "h200", "b200", "gb200")
 LAYOUTS = {

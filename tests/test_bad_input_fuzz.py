@@ -29,6 +29,9 @@ from typing import Any
 
 import pytest
 
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
+
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 33
 

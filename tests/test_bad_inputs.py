@@ -25,6 +25,9 @@ from typing import Any
 
 import pytest
 
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
+
 ROOT = Path(__file__).resolve().parents[1]
 BAD = Path(__file__).resolve().parent / "data" / "bad"
 MANIFEST: dict[str, Any] = tomllib.loads((BAD / "MANIFEST.toml").read_text(encoding="utf-8"))

@@ -6,6 +6,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
+
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = '# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".'
 

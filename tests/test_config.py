@@ -22,6 +22,9 @@ from prefillkit.app.settings import (
 )
 from prefillkit.models import MODELS, get_model
 
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
+
 # A CP shared-KV bs>1 base that the CP refusal tests extend.
 CP_BS_GT1: dict[str, Any] = {
     "tp_size": 8,

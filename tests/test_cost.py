@@ -7,16 +7,16 @@ import math
 
 import pytest
 
-from prefillkit.models import MODELS, get_model
-from prefillkit.sim.cost import (
+from prefillkit.cost.forward_models import default_cost_model
+from prefillkit.cost.gpus import GPUS, GpuSpec, get_gpu
+from prefillkit.cost.roofline import (
     BREAKDOWN_KEYS,
     HOPPER,
     ReqShape,
     RooflineCostModel,
     sparse_kernel_heads,
 )
-from prefillkit.sim.forward_models import default_cost_model
-from prefillkit.sim.gpus import GPUS, GpuSpec, get_gpu
+from prefillkit.models import MODELS, get_model
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The CP-aware cost model: the page-aligned split, each term by hand, overlap, validation.
 
 Every term is checked against a hand computation from its formula in the
-``prefillkit.sim.cost`` docstring; the published figures and the seed scenario are
+``prefillkit.cost.roofline`` docstring; the published figures and the seed scenario are
 checked as the validation table in ``benchmarks/RESULTS.md`` states them.
 """
 
@@ -13,14 +13,8 @@ import random
 
 import pytest
 
-from prefillkit.models import get_model, token_local_gemms
-from prefillkit.sched.buffer import (
-    BufferEstimatorContext,
-    BufferReqShape,
-    estimate_buffer_breakdown,
-)
-from prefillkit.sched.cp_split import add_lane_rows, add_lane_span
-from prefillkit.sim.cost import (
+from prefillkit.cost.gpus import get_gpu
+from prefillkit.cost.roofline import (
     BREAKDOWN_KEYS,
     HOPPER,
     ParallelLayout,
@@ -28,13 +22,19 @@ from prefillkit.sim.cost import (
     RooflineCostModel,
     activation_bytes_per_token_layer,
 )
-from prefillkit.sim.gpus import get_gpu
-from prefillkit.sim.validation import (
+from prefillkit.cost.validation import (
     SEED_DEPLOYMENT,
     seed_cost_model,
     seed_scenario,
     seed_settings,
 )
+from prefillkit.models import get_model, token_local_gemms
+from prefillkit.sched.buffer import (
+    BufferEstimatorContext,
+    BufferReqShape,
+    estimate_buffer_breakdown,
+)
+from prefillkit.sched.cp_split import add_lane_rows, add_lane_span
 
 GLM5 = get_model("glm-5")
 H20 = get_gpu("h20-141g")
@@ -255,6 +255,7 @@ def test_bad_deployment_flags_are_one_line_exit_2(flags: list[str], needle: str)
     assert_one_line_error(proc, needle)
 
 
+@pytest.mark.interpreted  # the calibrate command (application layer)
 def test_calibrate_command_prints_the_tables() -> None:
     import json
 
@@ -263,7 +264,7 @@ def test_calibrate_command_prints_the_tables() -> None:
     proc = run_cli("calibrate", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    from prefillkit.sim.published import PUBLISHED_FIGURES
+    from prefillkit.cost.published import PUBLISHED_FIGURES
 
     assert len(doc["validation"]) == len(PUBLISHED_FIGURES)
     assert {"roofline", "aic"} <= set(doc["validation"][0])
@@ -282,7 +283,7 @@ def test_calibrate_command_prints_the_tables() -> None:
 
 def test_replay_uses_the_interconnect_override() -> None:
     from prefillkit.app.settings import Config
-    from prefillkit.sim.forward_models import cost_model_for_config
+    from prefillkit.cost.forward_models import cost_model_for_config
 
     cfg = Config(tp_size=8, cp_size=8, enable_cp_shared_kv=True, nvlink_bandwidth_gbps=100.0)
     slow = cost_model_for_config(cfg.sim_settings(), 8)

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from tests.test_cli import assert_one_line_error, run_cli
 
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
+
 HAS_AIC = importlib.util.find_spec("aiconfigurator_core") is not None
 
 

@@ -8,14 +8,14 @@ import pytest
 
 from prefillkit.app.replay import WorkloadSpec, load_requests
 from prefillkit.app.settings import Config
+from prefillkit.cost.forward_models import default_cost_model
+from prefillkit.cost.linear import LinearCostModel
+from prefillkit.cost.roofline import ReqShape
 from prefillkit.request import Request
-from prefillkit.sim.cost import ReqShape
 from prefillkit.sim.engine import Engine, simulate
-from prefillkit.sim.forward_models import default_cost_model
-from prefillkit.sim.linear_cost import LinearCostModel
 from prefillkit.workloads.generators import multi_turn_agentic
 from prefillkit.workloads.record import to_request
-from prefillkit.workloads.replay import ReplayOptions
+from prefillkit.workloads.trace_reader import ReplayOptions
 
 TRACE = (
     Path(__file__).resolve().parents[1].parent

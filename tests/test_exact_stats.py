@@ -1,4 +1,4 @@
-"""sim/exact_stats.py: numpy's percentiles, means and standard deviations, a chunk at a
+"""records/exact_stats.py: numpy's percentiles, means and standard deviations, a chunk at a
 time (the summary of a streaming run reads its columns from disk)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from prefillkit.sim.exact_stats import mean_std, order_stats, pairwise_sum, percentiles
+from prefillkit.records.exact_stats import mean_std, order_stats, pairwise_sum, percentiles
 
 QS = (0.0, 1.0, 25.0, 50.0, 90.0, 95.0, 99.0, 99.9, 100.0, 33.3)
 

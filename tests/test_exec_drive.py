@@ -19,6 +19,9 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
+
 torch = pytest.importorskip("torch")
 
 from exec_support import assert_bitwise, differs  # noqa: E402

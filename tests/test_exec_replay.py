@@ -18,6 +18,9 @@ import pytest
 from prefillkit.app.measured import MISSING_TORCH, MeasuredReplayError, RunFlags, split_run_flags
 from test_cli import assert_one_line_error, run_cli
 
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
+
 TINY = [
     "--disaggregation-mode", "prefill",
     "--max-total-tokens", "4096",

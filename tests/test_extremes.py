@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from prefillkit.app.settings import Config
+from prefillkit.cost.linear import LinearCostModel
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.engine import Engine, SimResult
-from prefillkit.sim.linear_cost import LinearCostModel
 
 ROOT = Path(__file__).resolve().parents[1]
 

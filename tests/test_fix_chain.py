@@ -8,8 +8,13 @@ import shlex
 import sys
 from pathlib import Path
 
+import pytest
+
 from prefillkit.app.settings import Config, parse_flags
-from prefillkit.sim.validation import SEED_DEPLOYMENT
+from prefillkit.cost.validation import SEED_DEPLOYMENT
+
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,6 +13,9 @@ import pytest
 from prefillkit.app.progress import CountColumn, count_text
 from prefillkit.workloads.bundled import BUNDLED_TRACES, bundled_trace_path, resolve_trace
 
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
+
 ROOT = Path(__file__).resolve().parents[1]
 FULL = ROOT.parent / "shared" / "traces" / "mooncake_fast25" / "conversation_trace.jsonl"
 FULL_SKIP = "full traces not present: run from a checkout beside ../shared/traces, see README"

@@ -79,14 +79,14 @@ import prefillkit.sim.engine
 from conftest import patches
 from prefillkit.app.settings import Config, describe
 from prefillkit.cli import run as cli_run
+from prefillkit.cost.linear import LinearCostModel
 from prefillkit.models import MODELS
+from prefillkit.records.metrics import request_row
+from prefillkit.records.output import summary_document, write_run
 from prefillkit.request import ReqStatus, Request, block_key_chain
 from prefillkit.sched.buffer import BufferEstimatorContext, BufferReqShape, estimate_buffer_bytes
 from prefillkit.sched.scheduler import PrefillBatch, Scheduler
 from prefillkit.sim.engine import Engine, SimResult
-from prefillkit.sim.linear_cost import LinearCostModel
-from prefillkit.sim.metrics import request_row
-from prefillkit.sim.output import summary_document, write_run
 
 FUZZ_LONG = os.environ.get("PREFILLKIT_FUZZ_LONG", "") not in ("", "0")
 FUZZ_EXAMPLES = int(os.environ.get("PREFILLKIT_FUZZ_EXAMPLES", "0")) or (

@@ -2,7 +2,7 @@
 
 The workload helper (app/prefetch.py) of a replay killed with SIGKILL must not stay
 blocked writing to a pipe nobody reads, holding the run's stdout and stderr: the
-pipeline ``prefillkit replay ... | cat`` ends. The row writer (sim/row_writer.py) of a
+pipeline ``prefillkit replay ... | cat`` ends. The row writer (records/row_writer.py) of a
 killed ``--out`` run ends too, removing its files. Every wait polls a condition (the
 helper exists, is blocked, has written) up to a timeout, never a fixed sleep.
 """
@@ -18,9 +18,12 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="the workload helper is forked on Linux only"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="the workload helper is forked on Linux only"
+    ),
+    pytest.mark.interpreted,  # the subject is the application layer
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 # A generated run long enough to be killed mid-way (its helper generates far ahead).
@@ -74,7 +77,7 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def _is_row_writer(pid: int) -> bool:
-    return "-I" in _cmdline(pid)  # python -I -S -c ... (sim/row_writer.py _CHILD)
+    return "-I" in _cmdline(pid)  # python -I -S -c ... (records/row_writer.py _CHILD)
 
 
 def _helper_of(parent: int) -> int:

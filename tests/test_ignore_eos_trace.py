@@ -21,7 +21,7 @@ from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.jsonl import iter_jsonl, write_jsonl
 from prefillkit.workloads.mooncake import iter_mooncake
 from prefillkit.workloads.record import TraceRecord, to_request
-from prefillkit.workloads.replay import ReplayOptions
+from prefillkit.workloads.trace_reader import ReplayOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from prefillkit.records.output import SUMMARY_FILE
 from prefillkit.report.rundir import load_run
-from prefillkit.sim.output import SUMMARY_FILE
 
 # NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.
 pytestmark = pytest.mark.interpreted

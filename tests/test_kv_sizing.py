@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from prefillkit.cost.deployment import SimSettings
 from prefillkit.models import get_model
 from prefillkit.sched.config import SchedulerConfig
-from prefillkit.sim.settings import SimSettings
+
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
 
 H200_GB = 141.0
 FRACTION = 0.88

@@ -23,8 +23,11 @@ from prefillkit.app.launch import (
 )
 from prefillkit.app.settings import MODEL_CONFIG_DIR, Config, ConfigError, parse_flags
 from prefillkit.cli import run
+from prefillkit.cost.validation import SEED_DEPLOYMENT, seed_settings
 from prefillkit.models import MODELS, model_from_hf_config
-from prefillkit.sim.validation import SEED_DEPLOYMENT, seed_settings
+
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
 
 DEEPSEEK_LINE = [
     "--model-path",

@@ -32,6 +32,9 @@ from prefillkit.app.launch_flags import (
 from prefillkit.app.settings import ConfigError, accepted_flags, parse_flags
 from prefillkit.cli import run
 
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "src" / "prefillkit" / "data" / DATA_FILE
 

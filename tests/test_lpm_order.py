@@ -16,12 +16,12 @@ import pytest
 import prefillkit.sched.lpm_order
 from conftest import is_compiled, patches
 from prefillkit.app.settings import Config
+from prefillkit.cost.linear import LinearCostModel
 from prefillkit.request import Request
 from prefillkit.sched.lpm_order import LpmOrder
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.scheduler import Scheduler
 from prefillkit.sim.engine import Engine
-from prefillkit.sim.linear_cost import LinearCostModel
 
 
 def _workload(seed: int, n: int, page: int) -> list[Request]:

@@ -11,6 +11,9 @@ from cli_support import cli, error_line
 from prefillkit.app.out_folder import OutFolder
 from prefillkit.app.replay import InputError
 
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
+
 
 def _one_line(proc: subprocess.CompletedProcess[str], needle: str) -> None:
     assert needle in error_line(proc)

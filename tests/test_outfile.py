@@ -17,6 +17,9 @@ import pytest
 from cli_support import cli, error_line
 from prefillkit.outfile import OutputFile, write_bytes, write_text
 
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
+
 NULL, FULL = os.makedev(1, 3), os.makedev(1, 7)  # Linux: /dev/null and /dev/full
 
 

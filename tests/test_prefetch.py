@@ -20,15 +20,18 @@ from prefillkit.app.prefetch import RequestPrefetcher, can_fork, request_args
 from prefillkit.app.replay import WorkloadSpec, open_workload
 from prefillkit.helpers import ENV, HelperError
 from prefillkit.request import Request
-from prefillkit.workloads.replay import ReplayOptions
+from prefillkit.workloads.trace_reader import ReplayOptions
 
 BAD = Path(__file__).resolve().parent / "data" / "bad"
 MANIFEST: dict[str, dict[str, Any]] = tomllib.loads((BAD / "MANIFEST.toml").read_text())
 SLICE = "mooncake-slice"
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="the workload helper is Linux-only"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="the workload helper is Linux-only"
+    ),
+    pytest.mark.interpreted,  # the subject is the application layer
+]
 
 
 @pytest.fixture(autouse=True)
@@ -133,7 +136,7 @@ def test_stopping_early_stops_the_child(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_a_dead_child_is_a_helper_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from prefillkit.workloads.generators import iter_multi_turn_agentic
-    from prefillkit.workloads.replay import iter_replay_records
+    from prefillkit.workloads.trace_reader import iter_replay_records
 
     records = iter_replay_records(iter_multi_turn_agentic(num_sessions=3000, seed=0),
                                   ReplayOptions())  # fmt: skip

@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from prefillkit.report import plots
-from prefillkit.report.compare import (
+from prefillkit.report.html import write_report
+from prefillkit.report.paired import (
     bootstrap_p99_diff,
     compare_runs,
     comparison_table,
@@ -25,7 +26,6 @@ from prefillkit.report.compare import (
     paired_ttft_values,
     ratio_summary,
 )
-from prefillkit.report.html import write_report
 from prefillkit.report.rundir import BATCH_COLUMNS, REQUEST_COLUMNS, RunData, load_run
 
 # NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.

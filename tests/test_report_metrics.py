@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from prefillkit.app.settings import Config
-from prefillkit.request import Request
-from prefillkit.sim.engine import Engine, SimResult, simulate
-from prefillkit.sim.slo import (
+from prefillkit.records.slo import (
     latency_metrics,
     parse_duration_s,
     parse_percentiles,
     pct_key,
 )
+from prefillkit.request import Request
+from prefillkit.sim.engine import Engine, SimResult, simulate
 
 
 def tok_req(rid: str, tokens: list[int], t: float) -> Request:
@@ -64,7 +64,7 @@ def test_cached_split_adds_up_and_hits_match_requests() -> None:
 def test_batches_csv_has_the_split(tmp_path) -> None:
     import csv
 
-    from prefillkit.sim.output import summary_document, write_run
+    from prefillkit.records.output import summary_document, write_run
 
     res = chunked_run()
     write_run(res, tmp_path, summary_document(res, name="x", config={}, workload={}))
@@ -183,7 +183,7 @@ def _check_trace_events(doc: dict) -> list[dict]:
 def test_trace_events_schema_and_tracks(tmp_path) -> None:
     import json
 
-    from prefillkit.sim.trace_events import EXECUTOR_PID, REQUESTS_PID, write_trace_events
+    from prefillkit.records.trace_events import EXECUTOR_PID, REQUESTS_PID, write_trace_events
 
     res = chunked_run()
     path = tmp_path / "t.json"
@@ -217,7 +217,7 @@ def test_trace_events_schema_and_tracks(tmp_path) -> None:
 
 
 def test_trace_events_colocated_decode_track() -> None:
-    from prefillkit.sim.trace_events import trace_events
+    from prefillkit.records.trace_events import trace_events
 
     cfg = Config(max_total_tokens=100_000, tp_size=8, page_size=1, mode="colocated")
     reqs = [tok_req(f"r{i}", list(range(i * 1000, i * 1000 + 300)), i * 0.1) for i in range(3)]
@@ -270,7 +270,7 @@ def _streamed_and_listed(
     ``stop_after``, both runs stop after that many loop steps (a partial run)."""
     import json
 
-    from prefillkit.sim.trace_events import StreamingTraceWriter, trace_events
+    from prefillkit.records.trace_events import StreamingTraceWriter, trace_events
 
     def engine(reqs: list[Request] | Iterator[Request]) -> Engine:
         e = Engine(cfg.sim_settings(), reqs)
@@ -315,7 +315,7 @@ def _assert_same_events(listed: dict, streamed: dict) -> list[dict]:
 
 def test_streamed_trace_events_are_the_list_runs(tmp_path: Path) -> None:
     from prefillkit.app.replay import WorkloadSpec, load_requests
-    from prefillkit.workloads.replay import ReplayOptions
+    from prefillkit.workloads.trace_reader import ReplayOptions
 
     chunked = Config(max_total_tokens=100_000, tp_size=8, chunked_prefill_size=400, page_size=1)
     shared = list(range(1000))
@@ -369,8 +369,8 @@ def test_streamed_trace_events_are_the_list_runs(tmp_path: Path) -> None:
 
 
 def _run_dir(tmp_path, name: str = "run", **engine_attrs: object):
+    from prefillkit.records.output import summary_document, write_run
     from prefillkit.report.rundir import load_run
-    from prefillkit.sim.output import summary_document, write_run
 
     res = chunked_run(**engine_attrs)
     cfg = Config(max_total_tokens=100_000, tp_size=8, chunked_prefill_size=400, page_size=1)
@@ -481,7 +481,7 @@ def test_replay_cli_trace_events_errors_leave_no_temporary(
     import errno
 
     from prefillkit.cli import run
-    from prefillkit.sim import trace_events
+    from prefillkit.records import trace_events
     from test_cli import assert_one_line_error, run_cli
 
     (tmp_path / "dir").mkdir()

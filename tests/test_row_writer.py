@@ -1,4 +1,4 @@
-"""The CSV row files of a streaming run (sim/row_writer.py): in this process or in a child,
+"""The CSV row files of a streaming run (records/row_writer.py): in this process or in a child,
 the same bytes; failures of the child surface in the parent as an OSError."""
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 
 from prefillkit.helpers import ENV, wants_helpers
-from prefillkit.request import ReqStatus
-from prefillkit.sim import row_writer
-from prefillkit.sim.row_writer import (
+from prefillkit.records import row_writer
+from prefillkit.records.row_writer import (
     InlineRowFiles,
     RowWriterProcess,
     cell,
     fast_cell,
     open_row_files,
 )
+from prefillkit.request import ReqStatus
 
 IMPLEMENTATIONS = {"inline": InlineRowFiles, "process": RowWriterProcess}
 

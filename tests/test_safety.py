@@ -21,12 +21,10 @@ from typing import Any
 
 import pytest
 
-import prefillkit.sim.output as output
+import prefillkit.records.output as output
 from prefillkit.app.settings import Config, describe
 from prefillkit.cli import run
-from prefillkit.request import Request
-from prefillkit.sim.engine import SimResult
-from prefillkit.sim.output import (
+from prefillkit.records.output import (
     BATCHES_FILE,
     REQUESTS_FILE,
     SUMMARY_FILE,
@@ -34,6 +32,8 @@ from prefillkit.sim.output import (
     summary_document,
     write_run,
 )
+from prefillkit.request import Request
+from prefillkit.sim.engine import SimResult
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "prefillkit"
 
@@ -56,7 +56,7 @@ FORBIDDEN: dict[str, re.Pattern[str]] = {
 
 #: The modules that pickle: the rows a replay sends to its CSV writer process and the
 #: requests its workload process sends back, each over a pipe between the two.
-PICKLE_OK = {"sim/row_writer.py", "app/prefetch.py"}
+PICKLE_OK = {"records/row_writer.py", "app/prefetch.py"}
 
 
 def test_src_has_no_code_execution_or_unsafe_deserialisation() -> None:
@@ -112,7 +112,7 @@ def test_parsers_are_tomllib_json_and_csv() -> None:
     }
     # Config (and variants) files are read in one place; the sweep's grid files and the
     # cost-model presets are their own formats.
-    assert toml_readers == {"app/settings.py", "app/sweep/grid.py", "sim/fit.py"}
+    assert toml_readers == {"app/settings.py", "app/sweep/grid.py", "cost/fit.py"}
     for rel, parsers in readers.items():
         text = (SRC / rel).read_text(encoding="utf-8")
         for parser in parsers:

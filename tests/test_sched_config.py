@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from prefillkit.app.settings import Config
+from prefillkit.cost.deployment import SimSettings
 from prefillkit.models import get_model
 from prefillkit.request import Request
 from prefillkit.sched.config import SCHEDULER_FIELDS, ConfigError, SchedulerConfig
 from prefillkit.sched.scheduler import Scheduler
-from prefillkit.sim.settings import SimSettings
 
 
 def test_an_engine_builds_it_from_its_own_values() -> None:

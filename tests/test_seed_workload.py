@@ -22,8 +22,11 @@ from prefillkit.workloads.generators import (
 )
 from prefillkit.workloads.options import AGENTIC_PARAMS, GSP_PARAMS
 from prefillkit.workloads.record import TraceRecord
-from prefillkit.workloads.replay import load_records
 from prefillkit.workloads.stats import trace_stats
+from prefillkit.workloads.trace_reader import load_records
+
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 16384  # chunked_prefill_size of the seed deployment

@@ -41,6 +41,9 @@ from prefillkit.app.sglang_memory import (
 )
 from prefillkit.sim.engine import resolve_deployment
 
+#: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
+pytestmark = pytest.mark.interpreted
+
 MIB = 2**20
 H100, H20, H200, B200 = 80e9, 96e9, 141e9, 180e9  # bytes (the GPU presets' memory_bytes)
 
@@ -199,7 +202,7 @@ def test_presets_keep_their_fraction() -> None:
     ):
         assert resolved.config.mem_fraction_static == 0.88
         assert "mem_fraction_static" not in resolved.sources
-    # The seed line states its fraction (sim/validation.py SEED_DEPLOYMENT: SGLang's
+    # The seed line states its fraction (cost/validation.py SEED_DEPLOYMENT: SGLang's
     # default for its 64 K chunk, 0.25, would not hold GLM-5's weights).
     seed = build_config(None, [], preset="seed")
     assert seed.config.mem_fraction_static == 0.88

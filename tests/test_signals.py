@@ -25,7 +25,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"),
+    pytest.mark.interpreted,  # the subject is the application layer
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 SESSIONS = 20_000  # agentic sessions of 4 to 12 turns: minutes to generate them all

@@ -19,15 +19,10 @@ import pytest
 
 from prefillkit.app.replay import WorkloadSpec, load_requests
 from prefillkit.app.settings import Config, describe
-from prefillkit.report.compare import compare_runs, comparison_rows
-from prefillkit.report.plots import plot_windows, window_series
-from prefillkit.report.rundir import load_run
-from prefillkit.request import ReqStatus, Request
-from prefillkit.sim.cost import ReqShape
-from prefillkit.sim.engine import Engine, SimConfigError, SimResult
-from prefillkit.sim.metrics import BATCH_COLUMNS, REQUEST_COLUMNS, BatchTrace
-from prefillkit.sim.output import summary_document, write_run
-from prefillkit.sim.steady import (
+from prefillkit.cost.roofline import ReqShape
+from prefillkit.records.metrics import BATCH_COLUMNS, REQUEST_COLUMNS, BatchTrace
+from prefillkit.records.output import summary_document, write_run
+from prefillkit.records.steady import (
     MAX_WINDOWS,
     busy_before,
     check_window_s,
@@ -35,8 +30,13 @@ from prefillkit.sim.steady import (
     steady_interval,
     steady_metrics,
 )
+from prefillkit.report.paired import compare_runs, comparison_rows
+from prefillkit.report.plots import plot_windows, window_series
+from prefillkit.report.rundir import load_run
+from prefillkit.request import ReqStatus, Request
+from prefillkit.sim.engine import Engine, SimConfigError, SimResult
 from prefillkit.workloads.bundled import bundled_trace_path
-from prefillkit.workloads.replay import ReplayOptions
+from prefillkit.workloads.trace_reader import ReplayOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 # The bundled slice: the full trace's first 600 requests (these tests use 300 of them).

@@ -1,5 +1,5 @@
 """A streaming run's summary read from spilled columns a few rows at a time
-(sim/spill.py, sim/stream_summary.py) is the list run's, float for float."""
+(records/spill.py, records/stream_summary.py) is the list run's, float for float."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from prefillkit.app.replay import WorkloadSpec, load_requests, open_workload
 from prefillkit.app.settings import Config
-from prefillkit.sim.collect import RunCollector
+from prefillkit.records.collector import RunCollector
 from prefillkit.sim.engine import Engine, SimResult
-from prefillkit.workloads.replay import ReplayOptions
+from prefillkit.workloads.trace_reader import ReplayOptions
 from test_streaming import CONFIGS
 
 SPEC = WorkloadSpec(
@@ -56,7 +56,7 @@ def test_the_summary_from_spilled_columns_is_the_list_runs(name: str) -> None:
 
 
 def test_spilled_columns_read_back_what_was_appended() -> None:
-    from prefillkit.sim.spill import SpillColumns
+    from prefillkit.records.spill import SpillColumns
 
     cols = SpillColumns({"x": "d", "k": "b"}, chunk_rows=4)
     xs, ks = cols.tails
@@ -106,8 +106,8 @@ def test_a_full_temporary_directory_is_one_line(
     import tempfile
 
     from prefillkit.cli import run
-    from prefillkit.sim import spill
-    from prefillkit.sim.spill import SpillColumns, SpillError
+    from prefillkit.records import spill
+    from prefillkit.records.spill import SpillColumns, SpillError
 
     monkeypatch.setattr(spill.tempfile, "TemporaryFile", lambda **kw: open("/dev/full", "r+b"))
     cols = SpillColumns({"x": "d"}, chunk_rows=2)

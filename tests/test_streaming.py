@@ -12,15 +12,15 @@ import pytest
 
 from prefillkit.app.replay import WorkloadSpec, load_requests, open_workload
 from prefillkit.app.settings import Config
+from prefillkit.records.output import StreamingRunWriter, summary_document, write_run
 from prefillkit.sim.engine import Engine
-from prefillkit.sim.output import StreamingRunWriter, summary_document, write_run
 from prefillkit.workloads.generators import (
     generated_shared_prefix,
     iter_generated_shared_prefix,
     iter_multi_turn_agentic,
     multi_turn_agentic,
 )
-from prefillkit.workloads.replay import ReplayOptions, iter_replay_records, replay_records
+from prefillkit.workloads.trace_reader import ReplayOptions, iter_replay_records, replay_records
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "pd-cp8": {"tp_size": 8, "cp_size": 8, "enable_cp_shared_kv": True, "page_size": 64,
@@ -137,8 +137,8 @@ def test_a_streaming_engine_refuses_arrivals_out_of_order() -> None:
 def test_batch_rows_follow_the_batch_columns() -> None:
     """The collector writes a batch row as BatchRecord's values, the rids, then the
     breakdown terms: batches.csv's header must list the same columns in that order."""
-    from prefillkit.sim.collect import _BATCH_FIELDS
-    from prefillkit.sim.metrics import BATCH_COLUMNS, batch_columns
+    from prefillkit.records.collector import _BATCH_FIELDS
+    from prefillkit.records.metrics import BATCH_COLUMNS, batch_columns
 
     assert (*_BATCH_FIELDS, "rids") == BATCH_COLUMNS
     assert batch_columns(["a", "total", "b"]) == (*BATCH_COLUMNS, "t_a_s", "t_b_s")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from prefillkit.app.settings import Config
+from prefillkit.records.metrics import REQUEST_COLUMNS, request_row
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sim.engine import SimResult, simulate
-from prefillkit.sim.metrics import REQUEST_COLUMNS, request_row
 
 
 def _retraction_example() -> SimResult:

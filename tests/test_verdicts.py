@@ -2,7 +2,7 @@
 (compute-bound, memory-bound, drain), no verdict from too few requests, a degenerate
 warm/cold split said as such, and identical plot series kept apart.
 
-The decisions are pure functions (``prefillkit.sim.run_flags``,
+The decisions are pure functions (``prefillkit.records.run_flags``,
 ``prefillkit.report.verdicts``, ``prefillkit.report.plot_base``), tested by table; the
 end-to-end tests run the bundled Mooncake slice, where every request starts with the same
 512-token block, so all but the first one or two are warm.
@@ -24,13 +24,7 @@ from matplotlib.figure import Figure
 import prefillkit.report.plots as plots
 from prefillkit.app.launch import build_config
 from prefillkit.app.replay import WorkloadSpec, load_requests, open_workload
-from prefillkit.report.compare import compare_runs, headline_rows
-from prefillkit.report.plot_base import twin_kw, twin_note, twins
-from prefillkit.report.rundir import RunData, load_run
-from prefillkit.report.verdicts import min_samples, n_text, overload_text, too_few
-from prefillkit.request import ReqStatus, Request
-from prefillkit.sim.engine import Engine
-from prefillkit.sim.run_flags import (
+from prefillkit.records.run_flags import (
     drain_limit_s,
     drain_seconds,
     overload_verdict,
@@ -38,7 +32,13 @@ from prefillkit.sim.run_flags import (
     split_note,
     window_bound,
 )
-from prefillkit.sim.steady import steady_metrics
+from prefillkit.records.steady import steady_metrics
+from prefillkit.report.paired import compare_runs, headline_rows
+from prefillkit.report.plot_base import twin_kw, twin_note, twins
+from prefillkit.report.rundir import RunData, load_run
+from prefillkit.report.verdicts import min_samples, n_text, overload_text, too_few
+from prefillkit.request import ReqStatus, Request
+from prefillkit.sim.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _window(arrivals: int, start: int, end: int, util: float) -> dict[str, Any]:
-    """A window record as :func:`prefillkit.sim.steady.window_record` gives it."""
+    """A window record as :func:`prefillkit.records.steady.window_record` gives it."""
     return {
         "arrivals": arrivals,
         "backlog_start": start,

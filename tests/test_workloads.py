@@ -21,13 +21,13 @@ from prefillkit.workloads.generators import generated_shared_prefix, multi_turn_
 from prefillkit.workloads.jsonl import iter_jsonl, write_jsonl
 from prefillkit.workloads.mooncake import iter_mooncake
 from prefillkit.workloads.record import TraceRecord, to_request
-from prefillkit.workloads.replay import (
+from prefillkit.workloads.stats import trace_stats
+from prefillkit.workloads.trace_reader import (
     ReplayOptions,
     detect_format,
     load_records,
     replay_records,
 )
-from prefillkit.workloads.stats import trace_stats
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 MOONCAKE = TRACES / "mooncake_fast25" / "conversation_trace.jsonl"

@@ -89,19 +89,19 @@ from prefillkit.app.settings import (
     suggest_flag,
 )
 from prefillkit.helpers import HelperError
-from prefillkit.report.deployment import deployment_panel
-from prefillkit.report.labels import metric_label
-from prefillkit.sim.engine import Engine, SimConfigError
-from prefillkit.sim.output import (
+from prefillkit.records.output import (
     StreamingRunWriter,
     json_ready,
     summary_document,
     write_run,
 )
-from prefillkit.sim.slo import parse_duration_s, parse_percentiles, pct_key, pct_label
-from prefillkit.sim.spill import SpillError
-from prefillkit.sim.steady import DEFAULT_WINDOW_S, check_window_s
-from prefillkit.sim.trace_events import StreamingTraceWriter, write_trace_events
+from prefillkit.records.slo import parse_duration_s, parse_percentiles, pct_key, pct_label
+from prefillkit.records.spill import SpillError
+from prefillkit.records.steady import DEFAULT_WINDOW_S, check_window_s
+from prefillkit.records.trace_events import StreamingTraceWriter, write_trace_events
+from prefillkit.report.deployment import deployment_panel
+from prefillkit.report.labels import metric_label
+from prefillkit.sim.engine import Engine, SimConfigError
 from prefillkit.text import one_line
 from prefillkit.workloads.bundled import BUNDLED_TRACES, resolve_trace
 from prefillkit.workloads.errors import WorkloadError
@@ -120,8 +120,8 @@ from prefillkit.workloads.options import (
     workload_table,
 )
 from prefillkit.workloads.record import to_request
-from prefillkit.workloads.replay import FORMATS, ReplayOptions, detect_format, load_records
 from prefillkit.workloads.stats import TOKEN_BLOCK_SIZE, trace_stats
+from prefillkit.workloads.trace_reader import FORMATS, ReplayOptions, detect_format, load_records
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -423,7 +423,7 @@ def _ttft_quad(metrics: dict[str, Any], prefix: str) -> str:
 
 
 def _steady_rows(metrics: dict[str, Any]) -> list[tuple[str, str]]:
-    """Console rows of the steady-state metrics (prefillkit.sim.steady); none if absent."""
+    """Console rows of the steady-state metrics (prefillkit.records.steady); none if absent."""
     from prefillkit.report.verdicts import overload_text
 
     if "window_s" not in metrics:
@@ -896,7 +896,7 @@ def replay_cmd(ctx: click.Context, /, **params: Any) -> None:
     trace_events: str | None = params["trace_events"]
     # Streaming: requests are read (or generated) as they arrive and dropped once done;
     # the CSVs and the --trace-events file are written as the run goes (see
-    # prefillkit.sim.collect). A measured executor needs the request list up front, so it
+    # prefillkit.records.collector). A measured executor needs the request list up front, so it
     # keeps the whole run in memory.
     streaming = run_flags.executor == "sim"
     window_s: float = params["window_s"]
@@ -1193,7 +1193,7 @@ def compare_cmd(ctx: click.Context, /, **params: Any) -> None:
         write_compare,
         write_dir_report,
     )
-    from prefillkit.report.compare import comparison_table, headline_table
+    from prefillkit.report.paired import comparison_table, headline_table
 
     config_path: str | None = params["config_path"]
     shared_flags = list(ctx.args)
@@ -1613,12 +1613,12 @@ def calibrate_cmd(
     observation on the seed deployment: a warm cache-hit batch, the same batch with one
     cold joiner, and the cold request alone, each with its forward-time breakdown.
 
-    With BATCHES (batch CSVs or SGLang server logs, see prefillkit.sim.fit), fits the
+    With BATCHES (batch CSVs or SGLang server logs, see prefillkit.cost.fit), fits the
     cost model's coefficients to the measured forwards instead, prints them with the
     k-fold cross-validated error and writes a TOML preset to --output.
     """
     if batches:
-        from prefillkit.sim.fit import Deployment, fit, load_batches, write_preset
+        from prefillkit.cost.fit import Deployment, fit, load_batches, write_preset
 
         measured = [b for path in batches for b in load_batches(path)]
         dep = Deployment(fit_model, fit_gpu, num_gpus, cp_size, ep_size, page_size)

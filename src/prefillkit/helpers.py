@@ -1,7 +1,7 @@
 """Whether a replay may hand work to helper processes (``PREFILLKIT_HELPERS``).
 
 A streaming replay on two or more cores runs two helpers beside its event loop: a child
-that formats and writes the CSV rows (:mod:`prefillkit.sim.row_writer`) and one that
+that formats and writes the CSV rows (:mod:`prefillkit.records.row_writer`) and one that
 reads or generates the workload and builds each request's key chain
 (:mod:`prefillkit.app.prefetch`). Their results are the same, byte for byte, as the
 loop doing that work itself.

@@ -110,7 +110,7 @@ class SessionTurn(NamedTuple):
     ``turn`` counts from 0 within ``session_id``; ``think_s`` is the time the agent
     spends between the previous turn's answer and this turn (0 for a first turn);
     ``last``: no later turn of the session follows (None: not known). A closed-loop
-    replay sends turn ``k + 1`` only once turn ``k`` has answered (prefillkit.sim.sessions).
+    replay sends turn ``k + 1`` only once turn ``k`` has answered (prefillkit.sim.closed_loop).
     """
 
     session_id: str

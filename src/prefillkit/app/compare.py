@@ -28,8 +28,8 @@ Every variant is checked (flags, files, deployment) before any run starts. The w
 is loaded once, in the parent, with the baseline's config (its seed for a generator);
 every worker process gets the same records and builds its own requests for its own page
 size, so the runs are paired request by request. Each worker writes its run directory
-(:func:`~prefillkit.sim.output.write_run`) to ``OUT/<name>/``; the parent then loads them
-back, compares them with :func:`~prefillkit.report.compare.compare_runs` and writes
+(:func:`~prefillkit.records.output.write_run`) to ``OUT/<name>/``; the parent then loads them
+back, compares them with :func:`~prefillkit.report.paired.compare_runs` and writes
 ``OUT/compare.json`` (deterministic: no wall-clock times, no absolute output paths).
 """
 
@@ -71,15 +71,15 @@ from prefillkit.app.settings import (
     read_toml,
 )
 from prefillkit.helpers import ENV as HELPERS_ENV
-from prefillkit.request import Request
-from prefillkit.sim.engine import Engine, SimConfigError
-from prefillkit.sim.output import (
+from prefillkit.records.output import (
     StreamingRunWriter,
     atomic_write_text,
     json_ready,
     summary_document,
     write_run,
 )
+from prefillkit.request import Request
+from prefillkit.sim.engine import Engine, SimConfigError
 from prefillkit.text import suggest
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.record import TraceRecord, to_request
@@ -620,11 +620,11 @@ def compare_document(
 ) -> dict[str, Any]:
     """Load the variant runs from ``out_dir`` and build the ``compare.json`` document.
 
-    The :func:`~prefillkit.report.compare.compare_runs` result (baseline, metrics, per
+    The :func:`~prefillkit.report.paired.compare_runs` result (baseline, metrics, per
     variant values / delta / ratio / paired statistics), with each variant's folder
     (``dir``, relative) and definition (``spec``), the workload and the shared settings.
     """
-    from prefillkit.report.compare import compare_runs
+    from prefillkit.report.paired import compare_runs
     from prefillkit.report.rundir import load_run
 
     root = Path(out_dir)

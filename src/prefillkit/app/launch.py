@@ -43,8 +43,8 @@ from prefillkit.app.settings import (
     resolve_model,
 )
 from prefillkit.app.sglang_memory import SGLANG_MAX_PREFILL_TOKENS, sglang_mem_fraction_default
-from prefillkit.sim.gpus import get_gpu
-from prefillkit.sim.validation import SEED_DEPLOYMENT
+from prefillkit.cost.gpus import get_gpu
+from prefillkit.cost.validation import SEED_DEPLOYMENT
 from prefillkit.text import suggest
 
 __all__ = [
@@ -85,7 +85,7 @@ def _seed_preset() -> dict[str, object]:
 #: Named deployments (``--preset NAME``): field → value.
 PRESETS: dict[str, dict[str, object]] = {
     "demo": DEFAULT_DEPLOYMENT,
-    "seed": _seed_preset(),  # sim.validation.SEED_DEPLOYMENT
+    "seed": _seed_preset(),  # cost.validation.SEED_DEPLOYMENT
 }
 
 #: Where SGLang 0.5.23's launch default differs from a :class:`Config` default (the

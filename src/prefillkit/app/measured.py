@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prefillkit.app.replay import InputError
+from prefillkit.cost.deployment import SimSettings
+from prefillkit.cost.roofline import CostModel
+from prefillkit.records.output import atomic_write_text
 from prefillkit.request import Request
-from prefillkit.sim.cost import CostModel
 from prefillkit.sim.engine import Deployment, SimResult, resolve_deployment
-from prefillkit.sim.output import atomic_write_text
-from prefillkit.sim.settings import SimSettings
 
 if TYPE_CHECKING:
     from prefillkit.exec.drive import StepDriver
@@ -119,7 +119,7 @@ def load_cost_preset(path: str | None) -> CostModel | None:
     """The simulator's cost model from a calibrate preset file (None: the default model)."""
     if path is None:
         return None
-    from prefillkit.sim.fit import load_preset
+    from prefillkit.cost.fit import load_preset
 
     try:
         return load_preset(Path(path))

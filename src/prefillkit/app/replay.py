@@ -34,12 +34,12 @@ from typing import Any
 
 from prefillkit.app.prefetch import RequestPrefetcher, can_fork
 from prefillkit.app.settings import Config
+from prefillkit.cost.deployment import SimSettings
+from prefillkit.cost.roofline import CostModel
 from prefillkit.helpers import wants_helpers
+from prefillkit.records.collector import RowSink
 from prefillkit.request import Request
-from prefillkit.sim.collect import RowSink
-from prefillkit.sim.cost import CostModel
 from prefillkit.sim.engine import Engine, SimResult
-from prefillkit.sim.settings import SimSettings
 from prefillkit.workloads.bundled import resolve_trace
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.generators import (
@@ -52,7 +52,7 @@ from prefillkit.workloads.generators import (
 )
 from prefillkit.workloads.jsonl import write_jsonl
 from prefillkit.workloads.record import TraceRecord, to_request
-from prefillkit.workloads.replay import (
+from prefillkit.workloads.trace_reader import (
     FORMATS,
     ReplayOptions,
     detect_format,
@@ -354,7 +354,7 @@ def open_workload(
 ) -> WorkloadStream:
     """:func:`load_requests`, streaming: the same requests in the same order, read or
     generated as they are pulled (a bounded look-ahead: see
-    :func:`prefillkit.workloads.replay.iter_records` and the generators). The same
+    :func:`prefillkit.workloads.trace_reader.iter_records` and the generators). The same
     errors, raised here for an empty window and, for a bad trace row or mixed key units
     past the first request, when the iterator reaches it. ``helpers``: whether a helper
     process may build the requests (None: :func:`prefillkit.helpers.wants_helpers`)."""

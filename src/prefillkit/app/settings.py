@@ -8,7 +8,7 @@ README prints a knob table (:func:`knob_table`). A :class:`Config` is split by o
 
 - :meth:`Config.scheduler_config` → :class:`~prefillkit.sched.config.SchedulerConfig`,
   the admission knobs the scheduler reads (the core);
-- :meth:`Config.sim_settings` → :class:`~prefillkit.sim.settings.SimSettings`, the
+- :meth:`Config.sim_settings` → :class:`~prefillkit.cost.deployment.SimSettings`, the
   simulated deployment (model, GPU, parallelism, links, memory sizing), which carries
   the scheduler config.
 
@@ -56,6 +56,7 @@ from prefillkit.app.launch_flags import (
     strip_launch_prefix,
     suggest_launch_flag,
 )
+from prefillkit.cost.deployment import KV_CACHE_DTYPES, MODES, SimSettings
 from prefillkit.models import (
     MODELS,
     ModelConfigError,
@@ -73,7 +74,6 @@ from prefillkit.sched.config import (
     check_choice,
     field_flag,
 )
-from prefillkit.sim.settings import KV_CACHE_DTYPES, MODES, SimSettings
 from prefillkit.text import one_line as _one_line
 from prefillkit.text import suggest as _suggest
 

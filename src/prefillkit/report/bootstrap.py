@@ -1,4 +1,4 @@
-"""Paired bootstrap of TTFT statistics (:mod:`prefillkit.report.compare`'s intervals).
+"""Paired bootstrap of TTFT statistics (:mod:`prefillkit.report.paired`'s intervals).
 
 Every variant of a comparison replays the same requests, so request indices are
 resampled jointly for both runs: the between-request variance an unpaired bootstrap

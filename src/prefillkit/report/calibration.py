@@ -1,6 +1,6 @@
 """``prefillkit calibrate``: the cost model's validation table and the seed scenario.
 
-Both come straight from :mod:`prefillkit.sim.validation`; this module only lays them
+Both come straight from :mod:`prefillkit.cost.validation`; this module only lays them
 out (a rich table for the terminal, a dict for ``--json``, Markdown for RESULTS.md).
 Every published row is modelled by both forward models (the roofline and, with the
 ``aic`` extra, AIConfigurator's measured tables); the seed scenario is printed under
@@ -14,9 +14,9 @@ from typing import Any
 
 from rich.table import Table
 
-from prefillkit.sim.cost import BREAKDOWN_KEYS, ReqShape
-from prefillkit.sim.forward_models import cost_model_record
-from prefillkit.sim.validation import (
+from prefillkit.cost.forward_models import cost_model_record
+from prefillkit.cost.roofline import BREAKDOWN_KEYS, ReqShape
+from prefillkit.cost.validation import (
     BACKENDS,
     MISS_REASONS,
     PUBLISHED_FIGURES,

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from prefillkit.outfile import write_text
-from prefillkit.report.compare import (
+from prefillkit.report.deployment import deployment_panel
+from prefillkit.report.paired import (
     IMPROVED_BELOW,
     KEY_METRICS,
     WORSE_ABOVE,
@@ -27,7 +28,6 @@ from prefillkit.report.compare import (
     headline_rows,
     metric_label,
 )
-from prefillkit.report.deployment import deployment_panel
 from prefillkit.report.plots import PLOTS, variant_colors, variant_labels
 from prefillkit.report.rundir import RunData
 from prefillkit.report.verdicts import N_RULE, comparison_notes
@@ -360,7 +360,7 @@ def write_report(
     """Write one self-contained HTML page about ``runs`` to ``out_path``; returns its path.
 
     One run: the deployment panel, runs, summary metrics, plots, configuration. With
-    ``comparison`` (the output of :func:`prefillkit.report.compare.compare_runs`): the
+    ``comparison`` (the output of :func:`prefillkit.report.paired.compare_runs`): the
     verdict table first (variants side by side, paired CIs, a verdict per metric), then
     the plots, the deployment panel and runs, and the full comparison and summaries in
     ``<details>``, then the configuration (flags that differ, each full config).

@@ -328,7 +328,7 @@ def _binned_mean(x: np.ndarray, y: np.ndarray, bins: int) -> tuple[np.ndarray, n
 def plot_batches(runs: Runs, out_path: str | Path, *, max_bins: int = 60) -> Path:
     """Batch size (top) and extend / cache-hit / carried-prefix tokens per batch (bottom).
 
-    The cached tokens of a batch are split as in ``batches.csv`` (``sim/cached.py``):
+    The cached tokens of a batch are split as in ``batches.csv`` (``cost/cached.py``):
     cache hits (device + host) of first chunks, and the carried prefix of chunk
     continuations (a run written before the split shows its plain ``cached_tokens``).
 
@@ -414,7 +414,7 @@ def _token_lines(run: RunData) -> list[tuple[str, str, np.ndarray]]:
 def window_series(run: RunData) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(mid_s, ttft_p99_s, utilization, saturated)`` per window of the run's summary.
 
-    From ``metrics.windows`` (see :mod:`prefillkit.sim.steady`); missing values are NaN,
+    From ``metrics.windows`` (see :mod:`prefillkit.records.steady`); missing values are NaN,
     and a run without windows gives empty arrays.
     """
     windows = run.metrics.get("windows")

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from prefillkit.sim.metrics import BATCH_COLUMNS, REQUEST_COLUMNS
+from prefillkit.records.metrics import BATCH_COLUMNS, REQUEST_COLUMNS
 from prefillkit.text import one_line
 
 __all__ = [
@@ -37,7 +37,7 @@ SUMMARY_FILE = "summary.json"
 REQUESTS_FILE = "requests.csv"
 BATCHES_FILE = "batches.csv"
 
-# NOTE: the column sets are the simulator's (one definition, in sim.metrics).
+# NOTE: the column sets are the simulator's (one definition, in records.metrics).
 
 # Columns that are always text, even when every value happens to look like a number.
 _TEXT_COLUMNS = frozenset(
@@ -152,7 +152,7 @@ def load_run(path: str | Path) -> RunData:
 
 def _check_manifest(root: Path, summary: dict[str, Any]) -> None:
     """The CSVs must be the ones ``summary.json``'s manifest names (``"files"``: byte size
-    and SHA-256, written last by :func:`prefillkit.sim.output.write_run`); a folder whose
+    and SHA-256, written last by :func:`prefillkit.records.output.write_run`); a folder whose
     files do not match was interrupted while being written. Older run folders without a
     manifest are accepted as they are."""
     files = summary.get("files")

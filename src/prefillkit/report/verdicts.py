@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prefillkit.sim.run_flags import split_note
+from prefillkit.records.run_flags import split_note
 
 __all__ = [
     "MIN_SAMPLES",
@@ -143,7 +143,7 @@ def overload_text(metrics: Mapping[str, Any]) -> str:
 
 
 def run_split_note(metrics: Mapping[str, Any], config: Mapping[str, Any]) -> str | None:
-    """:func:`prefillkit.sim.run_flags.split_note` of a run's summary metrics and config."""
+    """:func:`prefillkit.records.run_flags.split_note` of a run's summary metrics and config."""
     warm, cold = metrics.get("warm_requests"), metrics.get("cold_requests")
     if not isinstance(warm, int) or not isinstance(cold, int):
         return None

@@ -5,9 +5,9 @@ A heap of ``(time, priority, seq, kind, payload)`` events; no wall-clock sleeps.
 engine drives :class:`prefillkit.sched.scheduler.Scheduler` exactly as a serving engine
 would and asks the cost model how long each forward takes: one ``breakdown`` call per
 batch, whose ``"total"`` is the forward time and whose terms go to ``batches.csv``. Each
-batch is recorded in a :class:`~prefillkit.sim.metrics.BatchTrace` (which requests ran in
+batch is recorded in a :class:`~prefillkit.records.metrics.BatchTrace` (which requests ran in
 it, in order); the summary adds the steady-state metrics of
-:mod:`prefillkit.sim.steady` over windows of ``window_s`` seconds.
+:mod:`prefillkit.records.steady` over windows of ``window_s`` seconds.
 
 Modes:
 - ``pd-prefill``: a prefill server of a PD-disaggregated deployment. After the forward
@@ -26,30 +26,31 @@ import math
 import time as wallclock
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prefillkit.request import SESSION, ReqStatus, Request
-from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
-from prefillkit.sched.interface import SchedulerInterface, StepOutput
-from prefillkit.sched.scheduler import Scheduler
-from prefillkit.sim.cached import cached_totals, split_cached
-from prefillkit.sim.collect import RowSink, RunCollector
-from prefillkit.sim.cost import CostModel, ReqShape
-from prefillkit.sim.decode_steps import DecodeSteps
-from prefillkit.sim.forward_models import cost_model_for_config, cost_model_record
-from prefillkit.sim.gpus import get_gpu
-from prefillkit.sim.metrics import BatchRecord, BatchTrace, summarize
-from prefillkit.sim.sessions import SessionGate
-from prefillkit.sim.settings import SimSettings
-from prefillkit.sim.slo import DEFAULT_PERCENTILES, latency_metrics
-from prefillkit.sim.steady import (
+from prefillkit.cost.cached import cached_totals, split_cached
+from prefillkit.cost.deployment import SimSettings
+from prefillkit.cost.forward_models import cost_model_for_config, cost_model_record
+from prefillkit.cost.gpus import get_gpu
+from prefillkit.cost.roofline import CostModel, ReqShape
+from prefillkit.records.collector import RowSink, RunCollector
+from prefillkit.records.metrics import BatchRecord, BatchTrace, summarize
+from prefillkit.records.result import SimResult
+from prefillkit.records.slo import DEFAULT_PERCENTILES, latency_metrics
+from prefillkit.records.steady import (
     DEFAULT_WINDOW_S,
     MAX_WINDOWS,
     check_window_s,
     steady_metrics,
 )
-from prefillkit.sim.stream_summary import BusyChunks
+from prefillkit.records.stream_summary import BusyChunks
+from prefillkit.request import SESSION, ReqStatus, Request
+from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
+from prefillkit.sched.interface import SchedulerInterface, StepOutput
+from prefillkit.sched.scheduler import Scheduler
+from prefillkit.sim.closed_loop import SessionGate
+from prefillkit.sim.decode_steps import DecodeSteps
 
 if TYPE_CHECKING:
     import numpy as np
@@ -95,33 +96,14 @@ class Deployment:
     device_memory_bytes: float
     weights_bytes_per_gpu: float
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, page_size: int) -> dict[str, Any]:
         return {
             "total_pages": self.total_pages,
-            "kv_pool_tokens": None,
+            "kv_pool_tokens": self.total_pages * page_size,
             "host_pages": self.host_pages,
             "key_tokens": self.key_tokens,
             "num_gpus": self.num_gpus,
         }
-
-
-@dataclass(slots=True)
-class SimResult:
-    """A finished (or interrupted) run.
-
-    ``trace`` says which requests ran in which batch and holds each batch's forward-time
-    breakdown; ``cache_classes`` maps a request id to ``warm`` / ``cold`` (its hit at
-    first admission).
-    """
-
-    requests: list[Request]
-    batches: list[BatchRecord]
-    summary: dict[str, Any]
-    deployment: dict[str, Any]
-    partial: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-    trace: BatchTrace = field(default_factory=lambda: BatchTrace(()))
-    cache_classes: dict[str, str] = field(default_factory=dict)
 
 
 def key_tokens_of(requests: list[Request], page_size: int) -> int:
@@ -203,7 +185,7 @@ class Engine:
             self.requests = requests
             source = iter(sorted(requests, key=lambda r: r.arrival_time))
             self.total = len(requests)
-        # Session turns arrive closed-loop unless cfg.open_loop (sim/sessions.py).
+        # Session turns arrive closed-loop unless cfg.open_loop (sim/closed_loop.py).
         self.sessions = SessionGate(source, closed_loop=not cfg.open_loop)
         self._arrivals: Iterator[Request] = self.sessions
         self.cfg = cfg
@@ -241,9 +223,9 @@ class Engine:
         self.on_progress = on_progress
         self.stop_requested = False
         self.batches: list[BatchRecord] = []
-        # Steady-state window length (seconds; see prefillkit.sim.steady).
+        # Steady-state window length (seconds; see prefillkit.records.steady).
         self.window_s = window_s
-        # Percentiles shown and the TTFT SLO of the goodput (prefillkit.sim.slo).
+        # Percentiles shown and the TTFT SLO of the goodput (prefillkit.records.slo).
         self.percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
         self.slo_ttft_s: float | None = None
         keys = runner.breakdown_keys if runner is not None else self.cost.breakdown_keys
@@ -255,7 +237,7 @@ class Engine:
         self._decode_durations = array("d")
         self._heap: list[tuple[float, int, int, int, Any]] = []
         self._seq = 0
-        # Requests whose last forward was a chunk (sim/cached.py: continuations).
+        # Requests whose last forward was a chunk (cost/cached.py: continuations).
         self._mid_chunk: set[str] = set()
         self.now = 0.0
         self.busy = False
@@ -347,8 +329,7 @@ class Engine:
         if partial:  # NOTE: it counts the requests that had arrived; the rest are not drawn
             summary["arrived"] = self.arrived
         summary["wall_time_s"] = wallclock.perf_counter() - t0
-        dep = self.dep.as_dict()
-        dep["kv_pool_tokens"] = self.dep.total_pages * self.cfg.page_size
+        dep = self.dep.as_dict(self.cfg.page_size)
         dep["cost_model"] = cost_model_record(self.cost)
         return SimResult(
             self.requests,
@@ -490,7 +471,7 @@ class Engine:
 
     def _answered(self, req: Request, t: float) -> None:
         """``req``'s answer is complete at ``t``: a closed-loop session's next turn is
-        scheduled to arrive (sim/sessions.py)."""
+        scheduled to arrive (sim/closed_loop.py)."""
         succ = self.sessions.answered(req, t)
         if succ is not None:
             self._push(succ.arrival_time, ARRIVAL, succ)
@@ -575,8 +556,8 @@ class Engine:
 
 
 def report_metrics(engine: Engine) -> dict[str, Any]:
-    """The summary's latency statistics, goodput and cached-token totals (sim/slo.py,
-    sim/cached.py) of a finished ``engine`` run."""
+    """The summary's latency statistics, goodput and cached-token totals (records/slo.py,
+    cost/cached.py) of a finished ``engine`` run."""
     done = [r for r in engine.requests if r.first_token_time is not None]
     out = latency_metrics(
         engine.requests,

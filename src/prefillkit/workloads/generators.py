@@ -436,7 +436,7 @@ def iter_multi_turn_agentic(
     nominal service time (``new prompt tokens / prefill_tokens_per_s + output /
     decode_tokens_per_s``) + its think time. A closed-loop replay (the default) keeps only
     the first turns' times and sends turn ``k + 1`` at turn ``k``'s answer + its think
-    time (prefillkit.sim.sessions).
+    time (prefillkit.sim.closed_loop).
 
     Prompts are described by chain-consistent block hash ids (``block_size`` tokens per
     block): every new block content gets a fresh integer; a session's turn reuses the ids
@@ -536,7 +536,7 @@ multi_turn_agentic.__doc__ = iter_multi_turn_agentic.__doc__
 #: ``multi_turn_agentic`` arguments. Every session has its own system prompt of 16-32 K
 #: tokens; turn 1 adds 16-48 K user tokens, so cold first turns have 32-80 K tokens and a
 #: quarter of them (74 of 300, seed 0) are longer than the seed deployment's 64 K chunk
-#: (``--chunked-prefill-size 65536``, ``prefillkit.sim.validation.SEED_DEPLOYMENT``) and
+#: (``--chunked-prefill-size 65536``, ``prefillkit.cost.validation.SEED_DEPLOYMENT``) and
 #: are chunked; all are chunked at 16 K. 10-30 turns each add a 128-1,024-token output
 #: and a 1-6 K append, until the next prompt would pass 128 K (131,072) tokens.
 #: Ideal hit rate (infinite cache; block level 91.66 %, token weighted 91.69 % for seed

@@ -26,7 +26,7 @@ field          type           required  meaning
 Rows with session fields replay closed-loop by default: a session's first turn arrives at
 its ``arrival_s``, each later turn at its predecessor's answer + ``think_s`` (its
 ``arrival_s`` is then only the open-loop schedule, used with ``--open-loop``; see
-``prefillkit.sim.sessions``).
+``prefillkit.sim.closed_loop``).
 
 and the prompt, given in exactly one of these forms:
 

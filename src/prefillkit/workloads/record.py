@@ -36,7 +36,7 @@ class TraceRecord:
     # applies upstream's full-output admission rule to it.
     ignore_eos: bool = False
     # The agent session this request is a turn of (None: not part of one); a
-    # closed-loop replay times turn k + 1 from turn k's answer (sim/sessions.py).
+    # closed-loop replay times turn k + 1 from turn k's answer (sim/closed_loop.py).
     session: SessionTurn | None = None
 
     # NOTE: written out so that the compiled build compiles it (see sched/buffer.py

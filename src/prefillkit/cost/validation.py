@@ -1,10 +1,10 @@
 """The cost model against published prefill figures, and the seed's calibration scenario.
 
-Nothing here is fitted: :data:`~prefillkit.sim.published.PUBLISHED_FIGURES` lists every
+Nothing here is fitted: :data:`~prefillkit.cost.published.PUBLISHED_FIGURES` lists every
 published figure the model is checked against, with the deployment shape each was
 measured on, and :func:`modelled_figure` runs a forward model on that shape: the roofline
-(one parameter set per GPU family, :data:`prefillkit.sim.cost.FAMILY_EFFICIENCIES`) or
-AIConfigurator's measured tables (``aic``, :mod:`prefillkit.sim.aic_cost`). Each row is
+(one parameter set per GPU family, :data:`prefillkit.cost.roofline.FAMILY_EFFICIENCIES`) or
+AIConfigurator's measured tables (``aic``, :mod:`prefillkit.cost.aic`). Each row is
 expressed in its source's metric: input tokens/s per node or per GPU (a forward of
 prompts filling the tokens per forward the source states), seconds for one long prompt
 (its chunks forwarded one after another) or milliseconds per layer. A row outside
@@ -24,19 +24,19 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prefillkit.models import get_model
-from prefillkit.sched.config import SchedulerConfig
-from prefillkit.sim.cost import (
+from prefillkit.cost.deployment import SimSettings
+from prefillkit.cost.forward_models import roofline_for_config
+from prefillkit.cost.gpus import get_gpu
+from prefillkit.cost.published import PUBLISHED_FIGURES, PublishedFigure
+from prefillkit.cost.roofline import (
     FAMILY_EFFICIENCIES,
     CostModel,
     ParallelLayout,
     ReqShape,
     RooflineCostModel,
 )
-from prefillkit.sim.forward_models import roofline_for_config
-from prefillkit.sim.gpus import get_gpu
-from prefillkit.sim.published import PUBLISHED_FIGURES, PublishedFigure
-from prefillkit.sim.settings import SimSettings
+from prefillkit.models import get_model
+from prefillkit.sched.config import SchedulerConfig
 
 __all__ = [
     "ASSUMED_TOKENS_PER_FORWARD",
@@ -192,7 +192,7 @@ def figure_cost_model(fig: PublishedFigure, backend: str = "roofline") -> CostMo
     """The cost model on ``fig``'s deployment: DP attention, CP and attention TP as the
     source ran them, EP over all GPUs or MoE TP, the experts balanced as the source
     says (:func:`moe_balance`: the roofline's residual skew is 1 for perfect balance).
-    ``backend`` ``aic`` raises :class:`~prefillkit.sim.aic_cost.AicUnavailableError`
+    ``backend`` ``aic`` raises :class:`~prefillkit.cost.aic.AicUnavailableError`
     without the extra."""
     layout = ParallelLayout(
         fig.num_gpus,
@@ -216,7 +216,7 @@ def figure_cost_model(fig: PublishedFigure, backend: str = "roofline") -> CostMo
     )
     if backend == "roofline":
         return roofline
-    from prefillkit.sim.aic_cost import AicCostModel
+    from prefillkit.cost.aic import AicCostModel
 
     return AicCostModel(roofline, moe_balance=balance)
 
@@ -338,13 +338,13 @@ def seed_forward_models() -> dict[str, CostModel | str]:
     """Every forward model of the seed deployment: the roofline under each small-GEMM
     assumption and ``aic`` (H20 derived from H200's measured tables), or for ``aic``
     without its extra the one-line reason."""
-    from prefillkit.sim.gemm import SMALL_GEMM_MODELS
+    from prefillkit.cost.gemm import SMALL_GEMM_MODELS
 
     models: dict[str, CostModel | str] = {
         f"roofline/{sg}": seed_cost_model(sg) for sg in SMALL_GEMM_MODELS
     }
     try:
-        from prefillkit.sim.aic_cost import AicCostModel
+        from prefillkit.cost.aic import AicCostModel
 
         models["aic"] = AicCostModel(seed_cost_model())
     except (RuntimeError, ValueError) as exc:

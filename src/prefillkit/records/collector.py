@@ -4,7 +4,7 @@
 A streaming replay (:class:`prefillkit.sim.engine.Engine` given an iterator of requests)
 drops each request once it is done (finished or rejected): :class:`RunCollector` keeps
 only the columns the summary needs, in arrival order, in
-:class:`~prefillkit.sim.spill.SpillColumns` (memory buffers that go to temporary files
+:class:`~prefillkit.records.spill.SpillColumns` (memory buffers that go to temporary files
 a chunk at a time, so memory does not grow with the run): per request its arrival and
 whether it was rejected (:data:`SUMMARY_REQUEST_COLUMNS`), per request with a first
 token its TTFT, queueing time, arrival, first token and cache class
@@ -12,19 +12,19 @@ token its TTFT, queueing time, arrival, first token and cache class
 (:data:`SUMMARY_BATCH_COLUMNS`); the token and chunk totals and the counts are running
 sums. It hands each request's ``requests.csv`` row and each batch's ``batches.csv`` row
 to a :class:`RowSink` (e.g.
-:class:`prefillkit.sim.output.StreamingRunWriter`). Rows go out in the order a
+:class:`prefillkit.records.output.StreamingRunWriter`). Rows go out in the order a
 non-streaming run writes them: batches as they start, requests in arrival order (a
 finished request's row and column values wait until every earlier arrival's are
 written, so the reorder buffer holds those of requests that finished while an earlier
 one was still live). A live request's batch ids and its first-admission hit (its cache
 class) are kept only while it is live. A :class:`TimelineSink` (``timeline``; e.g.
-:class:`prefillkit.sim.trace_events.StreamingTraceWriter`) gets each batch as it
+:class:`prefillkit.records.trace_events.StreamingTraceWriter`) gets each batch as it
 starts, each request with its place in arrival order and its cache class once done
 (still-live ones at :meth:`RunCollector.close`, then the run's end, then those that
 never arrived).
 
 The summary (:meth:`RunCollector.summary`) is
-:func:`prefillkit.sim.stream_summary.streaming_summary`: exactly the list run's numbers,
+:func:`prefillkit.records.stream_summary.streaming_summary`: exactly the list run's numbers,
 a chunk at a time; ``tests/test_streaming.py`` and ``tests/test_stream_summary.py``
 check the two against each other, so a key added to ``summarize`` must be added there.
 """
@@ -37,13 +37,13 @@ import operator
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from prefillkit.records.exact_stats import LIMIT
+from prefillkit.records.metrics import BatchRecord, cache_class, request_values
+from prefillkit.records.slo import DEFAULT_PERCENTILES
+from prefillkit.records.spill import CHUNK_ROWS, SpillColumns
+from prefillkit.records.steady import CLASS_CODES
+from prefillkit.records.stream_summary import BusyChunks, batch_busy, streaming_summary
 from prefillkit.request import ReqStatus, Request
-from prefillkit.sim.exact_stats import LIMIT
-from prefillkit.sim.metrics import BatchRecord, cache_class, request_values
-from prefillkit.sim.slo import DEFAULT_PERCENTILES
-from prefillkit.sim.spill import CHUNK_ROWS, SpillColumns
-from prefillkit.sim.steady import CLASS_CODES
-from prefillkit.sim.stream_summary import BusyChunks, batch_busy, streaming_summary
 
 __all__ = [
     "SUMMARY_BATCH_COLUMNS",
@@ -122,11 +122,11 @@ class RunCollector:
         self.sink = sink
         self.timeline: TimelineSink | None = None
         # ---- columns in arrival order, spilled to temporary files a chunk at a time
-        # (sim/spill.py): every request (arrival, not rejected); the requests with a
+        # (records/spill.py): every request (arrival, not rejected); the requests with a
         # first token (TTFT, queueing = first scheduled - arrival or NaN, arrival,
         # first token, cache class code); the batches (start, duration).
         # ``chunk_rows``: rows a column buffers before it spills; ``limit``: values the
-        # summary's statistics hold at once (sim/exact_stats.py; tests make both small).
+        # summary's statistics hold at once (records/exact_stats.py; tests make both small).
         self.requests = SpillColumns(SUMMARY_REQUEST_COLUMNS, chunk_rows)
         self.done_requests = SpillColumns(SUMMARY_DONE_COLUMNS, chunk_rows)
         self.batches = SpillColumns(SUMMARY_BATCH_COLUMNS, chunk_rows)
@@ -138,7 +138,7 @@ class RunCollector:
         self.done_sums = [0, 0, 0, 0]
         self.batch_size_sum = 0
         self.num_batches = 0
-        # batches.csv's cached_tokens and its split, summed (sim/cached.py cached_totals)
+        # batches.csv's cached_tokens and its split, summed (cost/cached.py cached_totals)
         self.batch_cached = [0, 0, 0, 0]  # total, device hit, host hit, carried prefix
         # ---- live requests (arrived, row not yet written)
         self._seq: dict[Request, int] = {}
@@ -292,7 +292,7 @@ class RunCollector:
         percentiles: Sequence[float] = DEFAULT_PERCENTILES,
         slo_ttft_s: float | None = None,
     ) -> dict[str, Any]:
-        """The run summary (:func:`prefillkit.sim.stream_summary.streaming_summary`):
+        """The run summary (:func:`prefillkit.records.stream_summary.streaming_summary`):
         the list run's ``summarize``, latency statistics, cached-token totals and
         steady-state metrics, in that order. ``busy``: the executor's busy intervals
         when decode steps are merged in (None: the batches')."""

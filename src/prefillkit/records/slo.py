@@ -15,7 +15,7 @@ and queueing (arrival to first scheduling):
   unfinished requests miss it) and ``goodput_req_s`` (``slo_met_requests`` over the
   simulated time from the first arrival, as vLLM divides by the benchmark duration).
 
-Percentiles are :func:`prefillkit.sim.metrics.percentile` (numpy, linear interpolation).
+Percentiles are :func:`prefillkit.records.metrics.percentile` (numpy, linear interpolation).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from prefillkit.records.metrics import percentile
 from prefillkit.request import Request
-from prefillkit.sim.metrics import percentile
 from prefillkit.text import lazy_module
 
 if TYPE_CHECKING:

@@ -1,21 +1,21 @@
 """The summary of a streaming run from its spilled columns, in bounded memory.
 
-:class:`prefillkit.sim.collect.RunCollector` keeps a streaming run's columns in
-:class:`~prefillkit.sim.spill.SpillColumns` (on disk past a chunk); this module reads
+:class:`prefillkit.records.collector.RunCollector` keeps a streaming run's columns in
+:class:`~prefillkit.records.spill.SpillColumns` (on disk past a chunk); this module reads
 them a chunk at a time and gives exactly the keys, the order and the floats of the list
-run's summary: :func:`prefillkit.sim.metrics.summarize`, then
-:func:`prefillkit.sim.slo.latency_metrics`, the cached-token totals and
-:func:`prefillkit.sim.steady.steady_metrics` (``tests/test_streaming.py`` and
+run's summary: :func:`prefillkit.records.metrics.summarize`, then
+:func:`prefillkit.records.slo.latency_metrics`, the cached-token totals and
+:func:`prefillkit.records.steady.steady_metrics` (``tests/test_streaming.py`` and
 ``tests/test_stream_summary.py`` compare them, the latter with chunks of a few rows).
 
 Counts are sums of per-chunk counts; percentiles, means and standard deviations are
-:mod:`prefillkit.sim.exact_stats`'s (numpy's floats). The columns are in arrival order
+:mod:`prefillkit.records.exact_stats`'s (numpy's floats). The columns are in arrival order
 and arrivals are non-decreasing (the engine and ``RunCollector.drain`` refuse others),
 so a window's or the steady interval's requests are a contiguous range of rows, found
 by counting the arrivals before its bounds.
 
 Memory: a chunk of each column read at a time, the windows' edges and counts (at most
-:data:`~prefillkit.sim.steady.MAX_WINDOWS`), and the histograms of the selection.
+:data:`~prefillkit.records.steady.MAX_WINDOWS`), and the histograms of the selection.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prefillkit.sim.exact_stats import LIMIT, mean_std, percentiles
-from prefillkit.sim.run_flags import drain_limit_s, drain_seconds, flag_metrics
-from prefillkit.sim.slo import DEFAULT_PERCENTILES, pct_key
-from prefillkit.sim.spill import SpillColumns
-from prefillkit.sim.steady import CLASS_CODES, num_windows, steady_interval, window_record
+from prefillkit.records.exact_stats import LIMIT, mean_std, percentiles
+from prefillkit.records.run_flags import drain_limit_s, drain_seconds, flag_metrics
+from prefillkit.records.slo import DEFAULT_PERCENTILES, pct_key
+from prefillkit.records.spill import SpillColumns
+from prefillkit.records.steady import CLASS_CODES, num_windows, steady_interval, window_record
 from prefillkit.text import lazy_module
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class _Column:
 def _ttft_stats(
     chunks: Callable[[], Iterable[np.ndarray]], n: int, prefix: str, limit: int
 ) -> dict[str, float | None]:
-    """:func:`prefillkit.sim.steady.ttft_stats` over ``n`` values read by ``chunks``."""
+    """:func:`prefillkit.records.steady.ttft_stats` over ``n`` values read by ``chunks``."""
     if n == 0:
         return dict.fromkeys((f"{prefix}{q}_s" for q in ("p50", "p90", "p99", "max")), None)
     p50, p90, p99 = percentiles(chunks, n, (50, 90, 99), limit)
@@ -81,7 +81,7 @@ def _max(chunks: Iterable[np.ndarray]) -> float:
 
 
 def _latency_stats(col: _Column, metric: str, qs: Sequence[float], limit: int) -> dict[str, Any]:
-    """:func:`prefillkit.sim.slo._stats` of a column."""
+    """:func:`prefillkit.records.slo._stats` of a column."""
     n = len(col)
     if n == 0:
         out: dict[str, Any] = {pct_key(metric, q): None for q in qs}
@@ -106,7 +106,7 @@ def _count_before(chunks: Iterable[np.ndarray], t: np.ndarray, side: str = "left
 
 
 def _busy_before(busy: BusyChunks, t: np.ndarray) -> tuple[np.ndarray, float]:
-    """:func:`prefillkit.sim.steady.busy_before` at each time in ``t`` (sorted), and the
+    """:func:`prefillkit.records.steady.busy_before` at each time in ``t`` (sorted), and the
     durations' sum in order (Python's ``sum``), from busy intervals read in chunks.
 
     NOTE: the busy time before interval ``k`` is the running sum of the durations in
@@ -138,7 +138,7 @@ def _windows(
     sim_end_s: float,
     limit: int,
 ) -> list[dict[str, Any]]:
-    """:func:`prefillkit.sim.steady._windows` from the columns."""
+    """:func:`prefillkit.records.steady._windows` from the columns."""
     n = len(edges) - 1
     clipped = np.minimum(edges, max(sim_end_s, float(edges[0])))
     inner = edges[1:n]
@@ -178,7 +178,7 @@ def _windows(
 
 
 def _class_stats(done: SpillColumns, limit: int) -> dict[str, Any]:
-    """:func:`prefillkit.sim.steady._class_stats_codes` from the columns."""
+    """:func:`prefillkit.records.steady._class_stats_codes` from the columns."""
     out: dict[str, Any] = {}
     for name, code in CLASS_CODES.items():
 
@@ -195,7 +195,7 @@ def _class_stats(done: SpillColumns, limit: int) -> dict[str, Any]:
 def _steady(
     reqs: SpillColumns, done: SpillColumns, t0: float, t_last: float, window_s: float, limit: int
 ) -> dict[str, Any]:
-    """:func:`prefillkit.sim.steady._steady_stats` from the columns."""
+    """:func:`prefillkit.records.steady._steady_stats` from the columns."""
     span = steady_interval(t0, t_last, window_s) if len(reqs) else None
     if span is None:
         sample = _Column(done, "ttft", 0, 0)
@@ -258,7 +258,7 @@ def streaming_summary(
 
     ``reqs``: every request's ``arrival`` and ``kept`` (not rejected); ``done``: the
     ``ttft``, ``queue`` (first scheduled - arrival, NaN: never), ``arrival``,
-    ``first_token`` and ``klass`` (:data:`~prefillkit.sim.steady.CLASS_CODES`, 0: none)
+    ``first_token`` and ``klass`` (:data:`~prefillkit.records.steady.CLASS_CODES`, 0: none)
     of those with a first token; ``batches``: the prefill batches' ``start`` and
     ``duration``; ``busy``: the executor's busy intervals (the batches', with the decode
     steps merged in by start on a colocated run). ``rejected_done``: requests rejected

@@ -1,24 +1,24 @@
-"""Choosing a deployment's forward model: the roofline (:mod:`prefillkit.sim.cost`) or
-AIConfigurator's measured tables (:mod:`prefillkit.sim.aic_cost`, imported only when
+"""Choosing a deployment's forward model: the roofline (:mod:`prefillkit.cost.roofline`) or
+AIConfigurator's measured tables (:mod:`prefillkit.cost.aic`, imported only when
 asked for), and the record of what timed a run (``summary.json``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prefillkit.models import get_model
-from prefillkit.sched.config import ConfigError
-from prefillkit.sim.cost import (
+from prefillkit.cost.gpus import get_gpu
+from prefillkit.cost.roofline import (
     DEFAULT_H2D_BANDWIDTH,
     DEFAULT_KV_TRANSFER_BANDWIDTH,
     CostModel,
     ParallelLayout,
     RooflineCostModel,
 )
-from prefillkit.sim.gpus import get_gpu
+from prefillkit.models import get_model
+from prefillkit.sched.config import ConfigError
 
 if TYPE_CHECKING:
-    from prefillkit.sim.settings import SimSettings
+    from prefillkit.cost.deployment import SimSettings
 
 __all__ = [
     "cost_model_for_config",
@@ -114,13 +114,13 @@ def roofline_for_config(cfg: SimSettings, num_gpus: int) -> RooflineCostModel:
 def cost_model_for_config(cfg: SimSettings, num_gpus: int) -> CostModel:
     """The cost model ``cfg.cost_model`` names for the deployment ``cfg`` describes:
     :func:`roofline_for_config`, or (``aic``) AIConfigurator's measured tables over it
-    (:mod:`prefillkit.sim.aic_cost`, imported only here). Raises ``KeyError`` for an
+    (:mod:`prefillkit.cost.aic`, imported only here). Raises ``KeyError`` for an
     unknown GPU name, :class:`~prefillkit.sched.config.ConfigError` (one line naming the
     extra) when the ``aic`` extra is missing."""
     roofline = roofline_for_config(cfg, num_gpus)
     if cfg.cost_model != "aic":
         return roofline
-    from prefillkit.sim.aic_cost import AicCostModel, AicUnavailableError
+    from prefillkit.cost.aic import AicCostModel, AicUnavailableError
 
     try:
         return AicCostModel(roofline)

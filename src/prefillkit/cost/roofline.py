@@ -24,7 +24,7 @@ Per prefill forward, for each attention rank ``r`` (query rows ``rows_r``, causa
 - ``linear``: every token-local GEMM of :func:`~prefillkit.models.token_local_gemms`
   (attention and indexer projections, shared experts, router, dense-FFN layers; the
   vocabulary matrices excluded) at ``rows_r`` rows with its attention-TP split, each
-  timed by :class:`~prefillkit.sim.gemm.GemmTimer` under the small-GEMM assumption
+  timed by :class:`~prefillkit.cost.gemm.GemmTimer` under the small-GEMM assumption
   (``tiles``: tile padding and wave quantisation over the SMs; ``sqrt-h100``; ``ideal``),
   never below its memory roofline.
 - ``attention``: ``layers × 2 × heads × f × keys_r`` at ``eff_attn`` of the bf16 peak,
@@ -43,7 +43,7 @@ Per prefill forward, for each attention rank ``r`` (query rows ``rows_r``, causa
 The forward's compute is ``max_r(rank time)`` plus ``moe_experts``: the busiest GPU's
 routed-expert grouped GEMMs over its local experts, ``T × k / E ×
 moe_imbalance(T)`` rows each on average (``T`` = extend tokens of the whole instance),
-padded per expert to the tile (:meth:`~prefillkit.sim.gemm.GemmTimer.grouped_expert_time`),
+padded per expert to the tile (:meth:`~prefillkit.cost.gemm.GemmTimer.grouped_expert_time`),
 never below reading the local experts' weights.
 
 Communication (per forward, all layers), each on its own link:
@@ -90,7 +90,7 @@ Efficiencies are per GPU **family** (:data:`FAMILY_EFFICIENCIES`), chosen once f
 kernel measurements and never fitted to a throughput figure; ``benchmarks/RESULTS.md``
 ("The forward model meets measured kernels") compares the model with every published
 prefill figure we use, including the ones it misses, and each term with
-AIConfigurator's measured kernels (:mod:`prefillkit.sim.aic_cost`).
+AIConfigurator's measured kernels (:mod:`prefillkit.cost.aic`).
 
 NOT modelled: FP8/FP4 attention, kernel tail effects, power throttling, the KV write of
 new tokens (a few MB per layer), PD KV send-out beyond one bandwidth.
@@ -101,21 +101,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from prefillkit.models import ModelSpec, token_local_gemms
-from prefillkit.sched.buffer import ReqShape
-from prefillkit.sim.cost_types import BREAKDOWN_KEYS as BREAKDOWN_KEYS
-from prefillkit.sim.cost_types import CostModel as CostModel
-from prefillkit.sim.cost_types import ParallelLayout as ParallelLayout
-from prefillkit.sim.efficiency import FAMILY_EFFICIENCIES as FAMILY_EFFICIENCIES
-from prefillkit.sim.efficiency import HOPPER as HOPPER
-from prefillkit.sim.efficiency import Efficiencies as Efficiencies
-from prefillkit.sim.efficiency import (
+from prefillkit.cost.efficiency import FAMILY_EFFICIENCIES as FAMILY_EFFICIENCIES
+from prefillkit.cost.efficiency import HOPPER as HOPPER
+from prefillkit.cost.efficiency import Efficiencies as Efficiencies
+from prefillkit.cost.efficiency import (
     activation_bytes_per_token_layer as activation_bytes_per_token_layer,
 )
-from prefillkit.sim.efficiency import check_fraction, check_positive
-from prefillkit.sim.gemm import GemmTimer
-from prefillkit.sim.gpus import GpuSpec
-from prefillkit.sim.rank_work import rank_work
+from prefillkit.cost.efficiency import check_fraction, check_positive
+from prefillkit.cost.gemm import GemmTimer
+from prefillkit.cost.gpus import GpuSpec
+from prefillkit.cost.protocol import BREAKDOWN_KEYS as BREAKDOWN_KEYS
+from prefillkit.cost.protocol import CostModel as CostModel
+from prefillkit.cost.protocol import ParallelLayout as ParallelLayout
+from prefillkit.cost.rank_work import rank_work
+from prefillkit.models import ModelSpec, token_local_gemms
+from prefillkit.sched.buffer import ReqShape
 
 # SGLang 0.5.23 runs MLA prefill in the MHA form ("forward_normal", K and V decompressed
 # per key) or the absorbed form (QK over the latent + rope, PV over the latent):
@@ -301,7 +301,7 @@ class RooflineCostModel:
     # --- building blocks -------------------------------------------------------------
     def gemm_efficiency(self, tokens: float) -> float:
         """Achieved fraction of the GEMM peak for a token-local GEMM over ``tokens`` rows,
-        under the small-GEMM assumption (:mod:`prefillkit.sim.gemm`), before the memory
+        under the small-GEMM assumption (:mod:`prefillkit.cost.gemm`), before the memory
         roofline: ``tiles``: the padding of the rows to the tile; ``sqrt-h100``: the
         0.2 ramp; ``ideal``: the family's efficiency."""
         return self._timer.efficiency(tokens)
@@ -340,7 +340,7 @@ class RooflineCostModel:
     def linear_time(self, rows: float) -> float:
         """Token-local GEMM time of one rank computing ``rows`` query rows: every GEMM of
         :func:`~prefillkit.models.token_local_gemms` at ``rows`` rows, split by attention
-        TP, each timed by :class:`~prefillkit.sim.gemm.GemmTimer` (memoised per row count)."""
+        TP, each timed by :class:`~prefillkit.cost.gemm.GemmTimer` (memoised per row count)."""
         if rows <= 0:
             return 0.0
         key = int(rows)
@@ -377,7 +377,7 @@ class RooflineCostModel:
         EP: its ``E / ep_size`` experts with ``tokens × k / E × moe_imbalance(tokens)``
         rows each on average; MoE TP: a ``1 / num_gpus`` slice of every expert's width
         with ``tokens × k / E`` rows each. Timed by
-        :meth:`~prefillkit.sim.gemm.GemmTimer.grouped_expert_time` (tile padding per
+        :meth:`~prefillkit.cost.gemm.GemmTimer.grouped_expert_time` (tile padding per
         expert, waves, at least the local experts' weights read). Memoised per ``tokens``.
         """
         if tokens <= 0 or self._local_experts == 0.0:
@@ -445,7 +445,7 @@ class RooflineCostModel:
 
     def rank_work(self, batch: Sequence[ReqShape]) -> tuple[list[int], list[int], list[int]]:
         """Per attention rank: query rows, attention keys and indexer keys of ``batch``
-        (:func:`prefillkit.sim.rank_work.rank_work` on this deployment)."""
+        (:func:`prefillkit.cost.rank_work.rank_work` on this deployment)."""
         return rank_work(
             batch,
             self.layout.cp_size,

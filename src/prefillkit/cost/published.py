@@ -4,15 +4,15 @@ These are measurements other people published (blogs, profiles, design documents
 prefill throughput, time-to-first-token or per-layer time, collected so that the cost
 model can be checked against them. Nothing in prefillkit is fitted to them: a row is a
 target the model is run against on the row's shape, never an input to a parameter. The
-row type and the field conventions are in :mod:`prefillkit.sim.published_figure`; this
+row type and the field conventions are in :mod:`prefillkit.cost.published_figure`; this
 module holds the large-EP, GB200 and AIConfigurator rows,
-:mod:`prefillkit.sim.published_more` the rest; :data:`PUBLISHED_FIGURES` is all of them.
+:mod:`prefillkit.cost.published_more` the rest; :data:`PUBLISHED_FIGURES` is all of them.
 """
 
 from __future__ import annotations
 
-from prefillkit.sim.published_figure import METRICS, PublishedFigure
-from prefillkit.sim.published_more import LONG_PROMPT_AND_OTHER_ROWS
+from prefillkit.cost.published_figure import METRICS, PublishedFigure
+from prefillkit.cost.published_more import LONG_PROMPT_AND_OTHER_ROWS
 
 __all__ = ["METRICS", "PUBLISHED_FIGURES", "PublishedFigure"]
 

@@ -200,7 +200,7 @@ class InlineRowFiles:
 # then the parent's process id (0: do not watch it).
 _CHILD = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from prefillkit.sim.row_writer import serve; serve(int(sys.argv[2]))"
+    "from prefillkit.records.row_writer import serve; serve(int(sys.argv[2]))"
 )
 
 

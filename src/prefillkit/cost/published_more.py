@@ -1,10 +1,10 @@
 """Published prefill figures, part 2: single long prompts on H20 (SGLang's chunked
 pipeline post), vLLM on GB300 and SGLang's Kimi K2 on H200 (field conventions:
-:mod:`prefillkit.sim.published_figure`)."""
+:mod:`prefillkit.cost.published_figure`)."""
 
 from __future__ import annotations
 
-from prefillkit.sim.published_figure import PublishedFigure
+from prefillkit.cost.published_figure import PublishedFigure
 
 __all__ = ["LONG_PROMPT_AND_OTHER_ROWS"]
 

@@ -29,8 +29,8 @@ CSV cells: ``None`` is an empty cell, booleans are ``true`` / ``false``, floats 
 Lists of ids (``batch_ids`` of ``requests.csv``, ``rids`` of ``batches.csv``) are
 space-separated in one cell. ``batches.csv``'s ``cached_tokens`` is the sum of its
 ``device_hit_tokens``, ``host_hit_tokens`` and ``carried_prefix_tokens``
-(:mod:`prefillkit.sim.cached`). ``batches.csv`` ends with one ``t_<term>_s`` column per term
-of the cost model's breakdown (:func:`prefillkit.sim.metrics.batch_columns`).
+(:mod:`prefillkit.cost.cached`). ``batches.csv`` ends with one ``t_<term>_s`` column per term
+of the cost model's breakdown (:func:`prefillkit.records.metrics.batch_columns`).
 
 Partial runs: ``requests.csv`` holds the requests that had been scheduled, finished or
 rejected when the run stopped (requests still waiting in the queue, or not yet arrived,
@@ -50,10 +50,10 @@ written, naming the file.
 
 Streaming: :class:`StreamingRunWriter` writes the CSV rows into temporary files named
 ``.requests.csv.<pid>.<hex>.part`` while the run goes (a
-:class:`~prefillkit.sim.collect.RowSink`; the manifest's sizes and hashes are taken as the
+:class:`~prefillkit.records.collector.RowSink`; the manifest's sizes and hashes are taken as the
 bytes are written; a Ctrl-C stops the run and the partial set is committed, as for a
 non-streaming run; the rows are formatted and written by a child process when two cores
-are there, see :mod:`prefillkit.sim.row_writer`) and :meth:`StreamingRunWriter.commit`
+are there, see :mod:`prefillkit.records.row_writer`) and :meth:`StreamingRunWriter.commit`
 commits them with the same set rule (the ``.tmp`` summary, then the renames); the bytes
 are those :func:`write_run` writes for the same run. A run that fails before the commit
 leaves no temporary file behind; a killed one's ``.part`` files are removed by the next
@@ -78,13 +78,13 @@ from pathlib import Path
 from typing import Any
 
 from prefillkit.outfile import temp_path, write_text
+from prefillkit.records.metrics import REQUEST_COLUMNS, batch_columns, request_row
+from prefillkit.records.result import SimResult
+from prefillkit.records.row_writer import RowFiles, fast_cell, open_row_files
 from prefillkit.request import ReqStatus, Request
-from prefillkit.sim.engine import SimResult
-from prefillkit.sim.metrics import REQUEST_COLUMNS, batch_columns, request_row
-from prefillkit.sim.row_writer import RowFiles, fast_cell, open_row_files
 
 #: Rows a streaming run hands to its row files at once (a batch of about 100 KB
-#: when they go to the writer process, sim/row_writer.py).
+#: when they go to the writer process, records/row_writer.py).
 _ROWS_PER_WRITE = 512
 
 __all__ = [
@@ -303,7 +303,7 @@ def _commit_temps(folder: Path, temps: Mapping[str, Path], last: str) -> None:
 
 class StreamingRunWriter:
     """``requests.csv`` and ``batches.csv`` written row by row while a streaming run goes
-    (a :class:`prefillkit.sim.collect.RowSink`), then committed with ``summary.json`` as
+    (a :class:`prefillkit.records.collector.RowSink`), then committed with ``summary.json`` as
     one set (:meth:`commit`; the same files :func:`write_run` writes, byte for byte).
 
     The rows go to temporary files beside the targets; :meth:`discard` (or an exception

@@ -1,7 +1,7 @@
 """Fitting the cost model's coefficients to measured per-batch timings.
 
 ``prefillkit calibrate FILE...`` reads measured prefill forwards, computes each batch's
-features with the deployment's :class:`~prefillkit.sim.cost.RooflineCostModel` at
+features with the deployment's :class:`~prefillkit.cost.roofline.RooflineCostModel` at
 **unit efficiencies** (every efficiency 1.0, ``moe_imbalance`` 1.0, no fixed costs), and
 fits by non-negative least squares::
 
@@ -56,7 +56,7 @@ resolution, which makes the gaps meaningless for short forwards: log with millis
 Errors are :class:`FitInputError` (a ``ValueError``), one line naming the file and line.
 The preset (:func:`write_preset`) is a TOML file with the deployment, the coefficients
 and the cross-validated error; :func:`load_preset` + :class:`FittedCostModel` turn it
-back into a :class:`~prefillkit.sim.cost.CostModel`.
+back into a :class:`~prefillkit.cost.roofline.CostModel`.
 """
 
 from __future__ import annotations
@@ -73,11 +73,11 @@ from typing import Any
 
 import numpy as np
 
+from prefillkit.cost.gpus import get_gpu
+from prefillkit.cost.roofline import Efficiencies, ParallelLayout, RooflineCostModel
 from prefillkit.models import get_model
 from prefillkit.outfile import write_text
 from prefillkit.sched.buffer import ReqShape
-from prefillkit.sim.cost import Efficiencies, ParallelLayout, RooflineCostModel
-from prefillkit.sim.gpus import get_gpu
 
 __all__ = [
     "COEFFICIENTS",
@@ -473,7 +473,7 @@ def write_preset(result: FitResult, path: Path) -> None:
     """Write ``result`` as a TOML preset (tables deployment, coefficients, fitted, fit)."""
     lines = [
         "# prefillkit cost preset: time = sum(c_k * unit-efficiency feature_k)",
-        "#   + per_forward_s + per_request_s * n (prefillkit.sim.fit)",
+        "#   + per_forward_s + per_request_s * n (prefillkit.cost.fit)",
     ]
     for table, values in result.document().items():
         lines.append(f"\n[{table}]")
@@ -482,7 +482,7 @@ def write_preset(result: FitResult, path: Path) -> None:
 
 
 class FittedCostModel:
-    """A :class:`~prefillkit.sim.cost.CostModel` from a preset's coefficients.
+    """A :class:`~prefillkit.cost.roofline.CostModel` from a preset's coefficients.
 
     ``breakdown`` scales the unit model's terms by the coefficients (``comm`` reported
     under ``tp_comm``, ``loadback`` under ``loadback_exposed``); decode and KV send-out

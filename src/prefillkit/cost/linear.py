@@ -4,7 +4,7 @@ Not a model of any GPU: forward = ``per_forward_s`` + ``per_extend_token_s`` per
 token + ``per_loaded_token_s`` per token loaded back from host; a decode step costs
 ``decode_step_s`` + ``decode_per_context_token_s`` per context token; sending KV out
 costs ``transfer_per_token_s`` per token. It satisfies
-:class:`prefillkit.sim.cost.CostModel`, so a run's timing is easy to predict by hand
+:class:`prefillkit.cost.roofline.CostModel`, so a run's timing is easy to predict by hand
 while the scheduler and the engine loop run for real.
 """
 

@@ -11,7 +11,7 @@ units: FLOP/s, bytes/s and bytes (``1 GB = 1e9 bytes``, as the vendors quote the
   DGX/HGX H100-class systems = 50 GB/s).
 - ``num_sms``: streaming multiprocessors; communication kernels that occupy SMs (DeepEP,
   NCCL) slow the compute they overlap by the fraction of SMs they take.
-- ``family`` selects the achieved-efficiency set in :mod:`prefillkit.sim.cost`
+- ``family`` selects the achieved-efficiency set in :mod:`prefillkit.cost.roofline`
   (one set per GPU family, never per preset).
 
 A GPU without FP8 tensor cores (A100) reports its bf16 peak as ``peak_flops_fp8``: an

@@ -1,12 +1,12 @@
 """Run flags that must not mislead: overload (with its reason) and a degenerate warm/cold
 split. Each decision is a pure function of numbers the summary already holds (the
-windows of :mod:`prefillkit.sim.steady`, the class counts), so the list run and the
-streaming run (:mod:`prefillkit.sim.stream_summary`) decide alike.
+windows of :mod:`prefillkit.records.steady`, the class counts), so the list run and the
+streaming run (:mod:`prefillkit.records.stream_summary`) decide alike.
 
 Overload. A window is
 
 - ``compute-bound`` when it is *saturated*: the executor busy at least
-  :data:`~prefillkit.sim.steady.SATURATED_UTILIZATION` of it and the backlog grew;
+  :data:`~prefillkit.records.steady.SATURATED_UTILIZATION` of it and the backlog grew;
 - ``memory-bound`` when it is not saturated but the backlog grew *and* ends above the
   window's own arrivals (``backlog_end > backlog_start`` and ``backlog_end > arrivals``):
   the executor had idle time, yet requests piled up, so something other than compute
@@ -79,7 +79,7 @@ def overload_runs(flags: Sequence[bool]) -> list[int]:
 
 def window_bound(window: Mapping[str, Any]) -> str | None:
     """:data:`COMPUTE_BOUND`, :data:`MEMORY_BOUND` or ``None`` (module docstring) for a
-    window record of :func:`prefillkit.sim.steady.window_record`."""
+    window record of :func:`prefillkit.records.steady.window_record`."""
     if window.get("saturated"):
         return COMPUTE_BOUND
     start, end, arrivals = window["backlog_start"], window["backlog_end"], window["arrivals"]

@@ -8,7 +8,7 @@ in order (space-separated; as many as ``num_chunks``); a batch row's ``rids`` li
 requests in batch order. A batch row also has one ``t_<term>_s`` column per term of the
 cost model's forward-time breakdown (:func:`breakdown_columns`; ``duration_s`` is the
 breakdown's ``total``). ``cache_class`` is ``warm`` or ``cold`` (see
-:mod:`prefillkit.sim.steady`). The engine keeps all of this in one :class:`BatchTrace`.
+:mod:`prefillkit.records.steady`). The engine keeps all of this in one :class:`BatchTrace`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from prefillkit.cost.cached import CachedSplit
 from prefillkit.request import ReqStatus, Request
-from prefillkit.sim.cached import CachedSplit
 
 if TYPE_CHECKING:
     from prefillkit.sched.interface import StepOutput
@@ -82,7 +82,7 @@ class BatchRecord:
     duration_s: float
     size: int
     raw_extend_tokens: int  # sum of extend lengths, not page-ceiled (PrefillBatch.extend_tokens is)
-    cached_tokens: int  # true prefixes: device_hit + host_hit + carried_prefix (sim/cached.py)
+    cached_tokens: int  # true prefixes: device_hit + host_hit + carried_prefix (cost/cached.py)
     device_hit_tokens: int
     host_hit_tokens: int
     carried_prefix_tokens: int
@@ -154,7 +154,7 @@ class BatchRecord:
     ) -> BatchRecord:
         """The record of one scheduler step that ran from ``start_s`` for ``duration_s``.
 
-        ``split``: its cached tokens by source (:func:`prefillkit.sim.cached.split_cached`);
+        ``split``: its cached tokens by source (:func:`prefillkit.cost.cached.split_cached`);
         None counts every prefix as a cache hit (right when no request is a continuation).
         """
         if split is None:
@@ -343,7 +343,7 @@ def summarize(
     start = min((r.arrival_time for r in requests), default=0.0)
     span = max(sim_end_s - start, 0.0)
     # NOTE: summed one at a time, in batch order (Python >= 3.12's sum() of floats is
-    # compensated): the streaming summary's running sum (sim/stream_summary.py).
+    # compensated): the streaming summary's running sum (records/stream_summary.py).
     busy = 0.0
     for b in batches:
         busy += b.duration_s

@@ -17,7 +17,7 @@ There are ``floor((t_last - t0) / w) + 1`` windows: the last one holds the last 
   of the backlog (their rejection time is not recorded);
 - ``saturated``: ``utilization >= 0.98`` and ``backlog_end > backlog_start``.
 
-Overload (:mod:`prefillkit.sim.run_flags`). The run is ``overloaded`` when two or more
+Overload (:mod:`prefillkit.records.run_flags`). The run is ``overloaded`` when two or more
 consecutive windows are saturated (``compute-bound``) or hold a growing backlog larger
 than their arrivals while the executor is not saturated (``memory-bound``), or when its
 prefill work ends far past the last arrival (``drain``, ``drain_s`` seconds after it);
@@ -36,7 +36,7 @@ Cache class: a request is ``warm`` when its device + host hit at first admission
 the config's ``affinity_warm_floor_tokens``, else ``cold`` (never admitted: no class);
 ``warm_ttft_*`` / ``cold_ttft_*`` are over the finished requests of each class.
 
-Percentiles are :func:`prefillkit.sim.metrics.percentile` (numpy, linear interpolation).
+Percentiles are :func:`prefillkit.records.metrics.percentile` (numpy, linear interpolation).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from prefillkit.records.run_flags import drain_limit_s, drain_seconds, flag_metrics, overload_runs
 from prefillkit.request import ReqStatus, Request
-from prefillkit.sim.run_flags import drain_limit_s, drain_seconds, flag_metrics, overload_runs
 from prefillkit.text import lazy_module
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def busy_before(starts: np.ndarray, durations: np.ndarray, t: np.ndarray) -> np.
 def ttft_stats(values: Sequence[float] | np.ndarray, prefix: str) -> dict[str, float | None]:
     """``{prefix}p50_s``, ``p90``, ``p99`` and ``max`` of ``values`` (``None`` for none).
 
-    The percentiles are :func:`~prefillkit.sim.metrics.percentile`'s (one numpy call).
+    The percentiles are :func:`~prefillkit.records.metrics.percentile`'s (one numpy call).
     """
     arr = np.asarray(values, dtype=float)
     if arr.size == 0:

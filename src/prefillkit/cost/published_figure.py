@@ -1,4 +1,4 @@
-"""The row type of the published prefill figures (:mod:`prefillkit.sim.published`).
+"""The row type of the published prefill figures (:mod:`prefillkit.cost.published`).
 
 Every row names its source precisely enough to find the number (document, section,
 table or figure), the shape the source measured it on, and in ``assumptions`` every

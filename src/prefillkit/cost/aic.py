@@ -1,8 +1,8 @@
 """Measured-kernel forward times from NVIDIA AIConfigurator's published tables.
 
-:class:`AicCostModel` implements the :class:`~prefillkit.sim.cost.CostModel` protocol
-for the deployment of a :class:`~prefillkit.sim.cost.RooflineCostModel` it wraps, with
-the same :data:`~prefillkit.sim.cost.BREAKDOWN_KEYS` and the same composition as the
+:class:`AicCostModel` implements the :class:`~prefillkit.cost.roofline.CostModel` protocol
+for the deployment of a :class:`~prefillkit.cost.roofline.RooflineCostModel` it wraps, with
+the same :data:`~prefillkit.cost.roofline.BREAKDOWN_KEYS` and the same composition as the
 roofline's ``breakdown`` (the busiest attention rank's linear + attention + indexer +
 elementwise, plus ``moe_experts``; MoE communication exposed unless two-batch overlap
 hides it; ``tp_comm``; ``cp_kv_gather`` hidden under compute with ``cp_kv_prefetch``;
@@ -81,8 +81,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from prefillkit.sched.buffer import ReqShape
-from prefillkit.sim.aic_tables import (
+from prefillkit.cost.aic_tables import (
     BACKENDS,
     DSA_ARCHITECTURES,
     DSA_BLOCK_GEMMS,
@@ -93,9 +92,10 @@ from prefillkit.sim.aic_tables import (
     import_aic,
     load_database,
 )
-from prefillkit.sim.aic_tables import AicUnavailableError as AicUnavailableError
-from prefillkit.sim.cost import BREAKDOWN_KEYS, RooflineCostModel
-from prefillkit.sim.gpus import GpuSpec, get_gpu
+from prefillkit.cost.aic_tables import AicUnavailableError as AicUnavailableError
+from prefillkit.cost.gpus import GpuSpec, get_gpu
+from prefillkit.cost.roofline import BREAKDOWN_KEYS, RooflineCostModel
+from prefillkit.sched.buffer import ReqShape
 
 PROBE_TOKENS = 4096
 MEMO_LIMIT = 500_000  # memoised shapes per term

@@ -1,7 +1,7 @@
 """Exact statistics of values read a chunk at a time: numpy's floats in bounded memory.
 
 A streaming replay's summary takes percentiles, means and standard deviations over
-millions of values that live on disk (:mod:`prefillkit.sim.spill`). These functions
+millions of values that live on disk (:mod:`prefillkit.records.spill`). These functions
 give the very floats numpy gives for the whole array in memory, holding at most about
 ``limit`` values at once:
 

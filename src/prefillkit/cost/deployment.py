@@ -21,6 +21,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from prefillkit.cost.gemm import SMALL_GEMM_MODELS
+from prefillkit.cost.gpus import GpuSpec, get_gpu
 from prefillkit.models import ModelSpec, get_model
 from prefillkit.sched.config import (
     ConfigError,
@@ -30,14 +32,12 @@ from prefillkit.sched.config import (
     check_positive,
     fail,
 )
-from prefillkit.sim.gemm import SMALL_GEMM_MODELS
-from prefillkit.sim.gpus import GpuSpec, get_gpu
 
 __all__ = ["COST_MODELS", "KV_CACHE_DTYPES", "MODES", "SMALL_GEMM_MODELS", "SimSettings"]
 
 MODES: tuple[str, ...] = ("pd-prefill", "colocated")
-#: ``--cost-model``: the roofline (prefillkit.sim.cost) or AIConfigurator's measured
-#: kernel tables (prefillkit.sim.aic_cost, the ``aic`` extra).
+#: ``--cost-model``: the roofline (prefillkit.cost.roofline) or AIConfigurator's measured
+#: kernel tables (prefillkit.cost.aic, the ``aic`` extra).
 COST_MODELS: tuple[str, ...] = ("roofline", "aic")
 
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2")
@@ -53,7 +53,7 @@ class SimSettings:
 
     ``model`` is the architecture itself (a preset of :mod:`prefillkit.models` or one
     built from a Hugging Face ``config.json``); ``gpu`` a preset name of
-    :mod:`prefillkit.sim.gpus` (checked when the engine is built). Immutable.
+    :mod:`prefillkit.cost.gpus` (checked when the engine is built). Immutable.
     """
 
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -78,7 +78,7 @@ class SimSettings:
     # Forward-time model.
     cost_model: str = "roofline"
     small_gemm: str = "tiles"
-    # Agent sessions (sim/sessions.py): open-loop sends every turn at its trace time;
+    # Agent sessions (sim/closed_loop.py): open-loop sends every turn at its trace time;
     # the answer rate times a turn's answer from its first token (None: see engine.py).
     open_loop: bool = False
     session_decode_tokens_per_s: float | None = None

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import math
 
+from prefillkit.cost.gpus import GpuSpec
 from prefillkit.models import Gemm
-from prefillkit.sim.gpus import GpuSpec
 
 __all__ = ["SMALL_GEMM_MODELS", "GemmTimer", "expected_row_tiles"]
 

@@ -4,7 +4,7 @@
 imported here only, lazily: :func:`import_aic` raises :class:`AicUnavailableError` (one
 line naming the extra) without it. :data:`GPU_SYSTEMS` maps prefillkit's GPU presets onto
 AIC's systems (H20 and H800 have no tables: they are derived from H200's and H100's,
-:mod:`prefillkit.sim.aic_cost`); :func:`gemm_shapes` is the roofline's token-local GEMM
+:mod:`prefillkit.cost.aic`); :func:`gemm_shapes` is the roofline's token-local GEMM
 list as AIC ops are built from it.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from prefillkit.cost.gpus import GPUS, get_gpu
 from prefillkit.models import ModelSpec, token_local_gemms
-from prefillkit.sim.gpus import GPUS, get_gpu
 
 __all__ = [
     "AIC_PACKAGE",

@@ -11,7 +11,7 @@ events (``"ph": "M"``, ``process_name`` / ``thread_name`` / ``thread_sort_index`
 name the tracks. Tracks:
 
 - process 1 ``executor``: thread 1 ``prefill forwards`` (one event per batch, ``args``:
-  batch id, size, extend tokens, the cached-token split of :mod:`prefillkit.sim.cached`,
+  batch id, size, extend tokens, the cached-token split of :mod:`prefillkit.cost.cached`,
   why the batch closed, its requests) and, colocated, thread 2 ``decode steps``;
 - process 2 ``requests``: one thread per request (named by its id, in arrival order),
   with ``queued`` (arrival to first scheduling; for a request still waiting when the
@@ -24,9 +24,9 @@ Events on one thread never overlap unless one contains the other, which is what 
 viewers need to draw them as stacked slices (``tests/test_report_metrics.py`` checks it).
 
 Two writers give the same events: :func:`write_trace_events` from a finished
-:class:`~prefillkit.sim.engine.SimResult` (a run kept in memory), and
+:class:`~prefillkit.records.result.SimResult` (a run kept in memory), and
 :class:`StreamingTraceWriter` while a streaming run goes (a
-:class:`~prefillkit.sim.collect.TimelineSink`): each batch's event when it starts, a
+:class:`~prefillkit.records.collector.TimelineSink`): each batch's event when it starts, a
 request's when it is done (those of a request still live at the end, which run to the
 end of the run, once the run is over), into a temporary file beside the target
 (``.NAME.<pid>.<hex>.part``) that :meth:`StreamingTraceWriter.commit` completes and
@@ -44,14 +44,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from prefillkit.outfile import OutputFile, resolve_output
-from prefillkit.request import ReqStatus, Request
-from prefillkit.sim.engine import SimResult
-from prefillkit.sim.metrics import BatchRecord
-from prefillkit.sim.output import (
+from prefillkit.records.metrics import BatchRecord
+from prefillkit.records.output import (
     atomic_write_text,
     json_ready,
     remove_stale_temporaries,
 )
+from prefillkit.records.result import SimResult
+from prefillkit.request import ReqStatus, Request
 
 __all__ = [
     "EXECUTOR_PID",
@@ -276,7 +276,7 @@ def write_trace_events(result: SimResult, path: str | os.PathLike[str]) -> None:
 
 class StreamingTraceWriter:
     """The trace-event file of a streaming run, written as it goes (a
-    :class:`~prefillkit.sim.collect.TimelineSink`: set it as the engine collector's
+    :class:`~prefillkit.records.collector.TimelineSink`: set it as the engine collector's
     ``timeline``), then completed and renamed into place by :meth:`commit`.
 
     Opens the temporary file at once (an ``OSError`` without a file name for a target
@@ -364,7 +364,7 @@ class StreamingTraceWriter:
         if self._end is None:
             assert self._sim_end is not None, "the run's end is not known yet"
             start = self._start if self._requests else 0.0
-            # NOTE: the summary's sim_duration_s (sim/stream_summary.py streaming_summary)
+            # NOTE: the summary's sim_duration_s (records/stream_summary.py streaming_summary)
             span = max(self._sim_end - start, 0.0)
             self._end = _run_end_s(start, span, self._last_batch_end, self._first_tokens)
         for tid, req, spans, klass in self._waiting:

@@ -1,7 +1,7 @@
 """Append-only columns whose full chunks go to a temporary file: memory flat in the run.
 
 A streaming replay keeps, per request and per batch, the few numbers its summary needs
-(:mod:`prefillkit.sim.collect`). :class:`SpillColumns` holds a group of columns that
+(:mod:`prefillkit.records.collector`). :class:`SpillColumns` holds a group of columns that
 grow together (one row at a time, every column appended once): the rows since the
 last spill in ``array`` buffers (:attr:`SpillColumns.tails`, appended to directly on
 the hot path), and every :data:`CHUNK_ROWS` rows the buffers' bytes go to one unlinked
