@@ -69,21 +69,17 @@ def test_driver_killed_then_rerun_recomputes_nothing(ray_cluster: str, tmp_path:
     path = write(tmp_path / "g.toml", SLOW_GRID)
     out = tmp_path / "out"
     log = tmp_path / "tasks.log"
-    env = {**os.environ, "PYTHONPATH": SRC, "PREFILLKIT_SWEEP_TASK_LOG": str(log)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "prefillkit.cli",
-        "sweep",
-        str(path),
-        "--out",
-        str(out),
-        "--address",
-        ray_cluster,
-        "--jobs",
-        "1",
-        "-q",
-    ]
+    env = {**os.environ, "PYTHONPATH": SRC}
+    # The driver as `prefillkit sweep --address ... --jobs 1` runs it, with the task log.
+    driver = (
+        "import sys\n"
+        "from prefillkit.app.sweep.grid import load_grid\n"
+        "from prefillkit.app.sweep.sweep import run_sweep\n"
+        "path, out, address, log = sys.argv[1:]\n"
+        "run_sweep(load_grid(path), out, backend='ray', address=address, jobs=1,\n"
+        "          hooks={'task_log': log})\n"
+    )
+    cmd = [sys.executable, "-c", driver, str(path), str(out), ray_cluster, str(log)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     points = out / "points"
     deadline = time.monotonic() + 60
@@ -102,7 +98,7 @@ def test_driver_killed_then_rerun_recomputes_nothing(ray_cluster: str, tmp_path:
     total = len(load_grid(path).points())
     assert 2 <= len(stored) < total
     started_before = task_log(log)
-    run = run_sweep(load_grid(path), str(out), backend="ray")
+    run = run_sweep(load_grid(path), str(out), backend="ray", hooks={"task_log": str(log)})
     assert run.cached == len(stored) and run.done == total - len(stored)
     rerun = task_log(log)[len(started_before) :]
     assert not stored & set(rerun), "a finished point was recomputed"
@@ -112,19 +108,16 @@ def test_driver_killed_then_rerun_recomputes_nothing(ray_cluster: str, tmp_path:
     assert sorted(rows) == sorted(ids) and all(r["status"] == "ok" for r in rows.values())
 
 
-def test_ray_worker_killed_mid_task_is_retried(
-    ray_cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_ray_worker_killed_mid_task_is_retried(ray_cluster: str, tmp_path: Path) -> None:
     log = tmp_path / "tasks.log"
     crash = tmp_path / "crash"
     crash.mkdir()
-    monkeypatch.setenv("PREFILLKIT_SWEEP_TASK_LOG", str(log))
-    monkeypatch.setenv("PREFILLKIT_SWEEP_CRASH_ONCE", str(crash))
+    hooks = {"task_log": str(log), "crash_once": str(crash)}
     text = TINY_GRID.replace("seeds = [0, 1]", "seeds = [0]").replace(
         'schedule_policy = ["fcfs", "lpm"]', 'schedule_policy = ["fcfs"]'
     )
     grid = load_grid(write(tmp_path / "g.toml", text))
-    run = run_sweep(grid, str(tmp_path / "out"), backend="ray")
+    run = run_sweep(grid, str(tmp_path / "out"), backend="ray", hooks=hooks)
     assert (run.done, run.failed) == (2, 0)
     ids = [p.id for p in grid.points()]
     assert sorted(task_log(log)) == sorted(ids * 2)  # each died once, then ran again

@@ -224,10 +224,11 @@ def _check_lock_counts(
     tentative lock or a caller's own, may hold more; a lock left behind is caught by the
     callers' end-state checks: nothing protected once every request is gone)."""
     locked: set[Node] = set()
-    for n in own_locks:
+    for lock in own_locks:
+        n: Node | None = lock
         while n is not None and n is not cache.root and n not in locked:
             locked.add(n)
-            n = n.parent  # type: ignore[assignment]
+            n = n.parent
     stack = list(cache.root.children.values())
     while stack:
         n = stack.pop()

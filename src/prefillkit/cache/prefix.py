@@ -259,7 +259,9 @@ class PrefixCache:
             ev = self.evictable_lanes
             for i, n in enumerate(node.lane_pages):
                 ev[i] -= n
-            node = node.parent  # type: ignore[assignment]
+            parent = node.parent
+            assert parent is not None  # NOTE: only the root has no parent
+            node = parent
         self._tentative = locked
         self._tentative_fresh = fresh
         self._tentative_split = split
@@ -356,7 +358,9 @@ class PrefixCache:
             self.protected_pages -= node.n_pages
             for i, n in enumerate(node.lane_pages):
                 ev[i] += n
-            node = node.parent  # type: ignore[assignment]
+            parent = node.parent
+            assert parent is not None  # NOTE: only the root has no parent
+            node = parent
 
     def record_hit(self, node: Node) -> None:
         """Count one hit on every node of the path to ``node``: an admitted request
@@ -378,7 +382,9 @@ class PrefixCache:
             node.hit_count += 1
             if not node.on_host and node.hit_count >= threshold:
                 self._backup(node)
-            node = node.parent  # type: ignore[assignment]
+            parent = node.parent
+            assert parent is not None  # NOTE: only the root has no parent
+            node = parent
 
     def _insert_hit(self, node: Node) -> None:
         """The inserting request caches ``node``'s prefix: count its hit (selective)."""
@@ -428,7 +434,8 @@ class PrefixCache:
         node.n_pages -= p_pages
         node.lane_pages = [a - b for a, b in zip(node.lane_pages, p.lane_pages, strict=True)]
         parent = node.parent
-        parent.children[p.keys[0]] = p  # type: ignore[union-attr]
+        assert parent is not None  # NOTE: a split node is never the root
+        parent.children[p.keys[0]] = p
         p.children[node.keys[0]] = node
         node.parent = p
         index = self.index
@@ -713,7 +720,8 @@ class PrefixCache:
                 if self.kv_listener is not None:
                     self.kv_listener(BlockRemoved(tuple(n.keys), n.start, "CPU"))
         parent = node.parent
-        del parent.children[node.keys[0]]  # type: ignore[union-attr]
+        assert parent is not None  # NOTE: an evicted node is never the root
+        del parent.children[node.keys[0]]
         node.parent = None
 
     # ------------------------------------------------------------------ host tier
@@ -766,7 +774,9 @@ class PrefixCache:
             path.append(n)
             for i, c in enumerate(n.lane_pages):
                 lanes[i] += c
-            n = n.parent  # type: ignore[assignment]
+            parent = n.parent
+            assert parent is not None  # NOTE: only the root has no parent
+            n = parent
         if not self.can_make_room(lanes):
             return None
         host = self.host
@@ -806,9 +816,9 @@ class PrefixCache:
             self._commit()
         host = self.host
         assert host is not None
-        n = lb.deepest
+        n: Node | None = lb.deepest
         while n is not lb.boundary and n is not None:
             n.host_lock_ref -= 1
             if n.host_lock_ref == 0 and n.on_host and not n.on_device:
                 host.lru[n] = None
-            n = n.parent  # type: ignore[assignment]
+            n = n.parent

@@ -33,26 +33,24 @@ from prefillkit.app.sweep.points import PointSpec, run_point
 
 __all__ = [
     "Backend",
+    "FaultHooks",
     "Outcome",
     "PointRunner",
     "ProcessBackend",
     "RayBackend",
     "make_backend",
     "ray_available",
-    "test_hooks",
 ]
 
 Raw = tuple[Any, ...]  # ("ok", row, wall_s) | ("error", message, wall_s)
 
 
-def test_hooks() -> dict[str, str]:
-    """Fault-injection hooks for the tests, from the driver's environment."""
-    hooks: dict[str, str] = {}
-    if os.environ.get("PREFILLKIT_SWEEP_TASK_LOG"):
-        hooks["task_log"] = os.environ["PREFILLKIT_SWEEP_TASK_LOG"]
-    if os.environ.get("PREFILLKIT_SWEEP_CRASH_ONCE"):
-        hooks["crash_once"] = os.environ["PREFILLKIT_SWEEP_CRASH_ONCE"]
-    return hooks
+#: Fault-injection hooks a test passes to :func:`prefillkit.app.sweep.sweep.run_sweep`
+#: (``hooks=``; nothing sets them in a user's run): ``task_log``, a file each task
+#: appends ``<pid> <point id>`` to as it starts; ``crash_once``, a folder: a task's first
+#: attempt at a point leaves a marker there and kills its worker (SIGKILL).
+FaultHooks = Mapping[str, str]
+HOOK_KEYS = ("task_log", "crash_once")
 
 
 class Backend(Protocol):
@@ -205,9 +203,13 @@ class ProcessBackend:
         self.live.clear()
 
 
-def make_backend(kind: str, address: str | None) -> Backend:
-    """``kind``: ``auto`` (Ray when installed, else processes), ``ray`` or ``process``."""
-    hooks = test_hooks()
+def make_backend(kind: str, address: str | None, hooks: FaultHooks | None = None) -> Backend:
+    """``kind``: ``auto`` (Ray when installed, else processes), ``ray`` or ``process``;
+    ``hooks``: the tests' fault injection (:data:`FaultHooks`)."""
+    hooks = dict(hooks or {})
+    unknown = sorted(set(hooks) - set(HOOK_KEYS))
+    if unknown:
+        raise ValueError(f"unknown fault hooks {unknown} (known: {list(HOOK_KEYS)})")
     if address and kind == "process":
         raise SweepError("--address needs the Ray backend (not --backend process)")
     if kind == "ray" or (kind == "auto" and (address or ray_available())):

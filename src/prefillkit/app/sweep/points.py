@@ -176,9 +176,8 @@ LIST_METRICS: frozenset[str] = frozenset({"saturated_windows", "overloaded_windo
 
 
 def _hooks_before(hooks: Mapping[str, str], pid_: str) -> None:
-    """Test hooks (set by the driver from ``PREFILLKIT_SWEEP_TASK_LOG`` /
-    ``PREFILLKIT_SWEEP_CRASH_ONCE``): log each task start; kill the worker process on
-    its first attempt at each point."""
+    """The tests' fault hooks (``run_sweep(hooks=...)``, see ``backend.FaultHooks``): log
+    each task start; kill the worker process on its first attempt at each point."""
     log = hooks.get("task_log")
     if log:
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

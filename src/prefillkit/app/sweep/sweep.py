@@ -14,7 +14,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefillkit.app.sweep.backend import Backend, Outcome, PointRunner, make_backend
+from prefillkit.app.sweep.backend import (
+    Backend,
+    FaultHooks,
+    Outcome,
+    PointRunner,
+    make_backend,
+)
 from prefillkit.app.sweep.grid import Grid
 from prefillkit.app.sweep.points import PointSpec, failed_row
 from prefillkit.app.sweep.store import ManifestWriter, Store
@@ -148,8 +154,10 @@ def run_points(
             on_outcome(outcome)
 
 
-def open_backend(backend: str, address: str | None, jobs: int | None) -> tuple[Backend, int]:
-    be = make_backend(backend, address)
+def open_backend(
+    backend: str, address: str | None, jobs: int | None, hooks: FaultHooks | None = None
+) -> tuple[Backend, int]:
+    be = make_backend(backend, address, hooks)
     return be, jobs if jobs is not None else be.capacity()
 
 
@@ -162,11 +170,13 @@ def run_sweep(
     jobs: int | None = None,
     progress: bool = False,
     note: Callable[[str], None] | None = None,
+    hooks: FaultHooks | None = None,
 ) -> SweepRun:
-    """Run ``grid``'s points not yet in the store at ``out``; see the module docstring."""
+    """Run ``grid``'s points not yet in the store at ``out``; see the module docstring.
+    ``hooks``: fault injection for the tests (:data:`~prefillkit.app.sweep.backend.FaultHooks`)."""
     store = Store.open(out)
     try:
-        return _run(grid, store, backend, address, jobs, progress, note or (lambda _: None))
+        return _run(grid, store, backend, address, jobs, progress, note or (lambda _: None), hooks)
     finally:
         store.close()
 
@@ -179,6 +189,7 @@ def _run(
     jobs: int | None,
     progress: bool,
     note: Callable[[str], None],
+    hooks: FaultHooks | None,
 ) -> SweepRun:
     points = grid.points()
     old = {e["id"]: e for e in store.read_manifest().get("points", []) if isinstance(e, dict)}
@@ -202,7 +213,7 @@ def _run(
         note(f"all {len(points)} points are in the store (cached)")
         store.write_results([p.id for p in points])
         return run
-    be, n_jobs = open_backend(backend, address, jobs)
+    be, n_jobs = open_backend(backend, address, jobs, hooks)
     run.backend = be.name
     where = "Ray" if be.name == "ray" else "local worker processes"
     note(
