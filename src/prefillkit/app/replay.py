@@ -40,6 +40,7 @@ from prefillkit.helpers import wants_helpers
 from prefillkit.records.collector import RowSink
 from prefillkit.request import Request
 from prefillkit.sim.engine import Engine, SimResult
+from prefillkit.workloads.block_size import block_size_refusal
 from prefillkit.workloads.bundled import resolve_trace
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.generators import (
@@ -208,8 +209,9 @@ def _generator_call(
             args["block_size"] = spec.block_size
         return (iter_multi_turn_agentic if lazy else multi_turn_agentic), args
     if spec.generator == "gsp":
-        if spec.block_size is not None:
-            raise InputError("--block-size does not apply to --generator gsp (token prompts)")
+        refusal = block_size_refusal(generator=spec.generator)
+        if spec.block_size is not None and refusal is not None:
+            raise InputError(f"--block-size {refusal}")
         return (iter_generated_shared_prefix if lazy else generated_shared_prefix), args
     raise InputError(
         f"--generator: unknown generator {spec.generator!r}; expected one of "
@@ -337,8 +339,9 @@ def _trace_source(spec: WorkloadSpec, trace: str) -> tuple[str, str, dict[str, A
         )
     path = resolve_trace(trace)
     real_fmt = detect_format(path) if spec.fmt == "auto" else spec.fmt
-    if spec.block_size is not None and real_fmt in ("azure", "jsonl"):
-        raise InputError(f"--block-size does not apply to the {real_fmt} format")
+    refusal = None if spec.block_size is None else block_size_refusal(fmt=real_fmt)
+    if refusal is not None:
+        raise InputError(f"--block-size {refusal}")
     info: dict[str, Any] = {
         "source": f"{real_fmt}:{trace}",
         "kind": "trace",

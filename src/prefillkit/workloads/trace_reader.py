@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from prefillkit.workloads.azure import iter_azure
 from prefillkit.workloads.bailian import iter_bailian
+from prefillkit.workloads.block_size import block_size_refusal
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.jsonl import PathLike, SkipList, iter_jsonl, open_binary
 from prefillkit.workloads.mooncake import MOONCAKE_BLOCK_SIZE, iter_mooncake
@@ -135,8 +136,9 @@ def iter_trace(
         )
     if fmt == "bailian":
         return iter_bailian(path, block_size=block_size, skipped=skipped)
-    if block_size is not None and fmt in ("azure", "jsonl"):
-        raise ValueError(f"block_size does not apply to the {fmt} format")
+    refusal = None if block_size is None else block_size_refusal(fmt=fmt)
+    if refusal is not None:
+        raise ValueError(f"block_size {refusal}")
     if fmt == "azure":
         return iter_azure(path, skipped=skipped)
     if fmt == "jsonl":
