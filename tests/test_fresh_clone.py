@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -65,6 +66,35 @@ def test_readme_trace_command_works_from_any_folder(tmp_path: Path) -> None:
     doc = json.loads(proc.stdout)
     assert doc["workload"]["source"] == "mooncake:mooncake-slice"
     assert doc["metrics"]["completed"] == doc["workload"]["requests"] == 600
+
+
+def _readme_set_up_commands() -> list[str]:
+    """The fenced commands of the README's "## Set-up" section."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Set-up\n", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```\n(.*?)```", section, re.DOTALL)]
+
+
+def test_readme_set_up_commands(tmp_path: Path) -> None:
+    """Exactly two: the main job, whose run part works from any folder after the install,
+    and the test command, which .ci/run runs as written (its pip and pytest as modules)."""
+    main_job, tests = _readme_set_up_commands()
+    install, run = main_job.split(" && ")
+    assert install == "pip install ."
+    program, *args = run.split()
+    assert program == "prefillkit"
+    proc = subprocess.run(
+        [sys.executable, "-m", "prefillkit", *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "replaying requests from generator:agentic" in proc.stderr
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    as_run = [line for line in ci if "pip install" in line and "pytest" in line]
+    as_written = [
+        line.replace("python3 -m pip", "pip").replace("python3", "python") for line in as_run
+    ]
+    assert as_written == [tests]
 
 
 def test_a_file_of_that_name_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

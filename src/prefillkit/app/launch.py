@@ -92,7 +92,7 @@ PRESETS: dict[str, dict[str, object]] = {
 #: library default, kept for scripts): SGLang serves colocated (``--disaggregation-mode
 #: null``). Everything else the line does not say is the Config default, which is
 #: SGLang's (TP/CP 1, HiCache off, fcfs, page 1, ...) or a documented prefillkit
-#: deviation (README "Deviations from upstream SGLang").
+#: deviation (docs/deviations.md, "Deviations from upstream SGLang").
 SGLANG_DEFAULTS: dict[str, object] = {"mode": "colocated"}
 
 #: SGLang 0.5.23's ``--chunked-prefill-size`` when the line does not give one, by the

@@ -266,12 +266,13 @@ def modelled_figure(fig: PublishedFigure, backend: str = "roofline") -> Modelled
 
 # --------------------------------------------------------------------- the seed's system
 
-#: The seed's deployment as prefillkit flags (README "The seed's system"). GLM-5 FP8 on
-#: one node of 8 x H20 141 GB: the only Hopper class on which (a) GLM-5's 744 GB of FP8
-#: weights fit one node with room for KV (8 x 80 GB H800/H100 and 8 x 96 GB H20 do not)
-#: and (b) the notes' figures follow from the physics: on H200 a 64 K-context warm batch
-#: forwards in ~0.4 s, not 1-2 s (H200 has 6.7x H20's FP8 compute). CP 8 shared-KV at
-#: page 64, EP 8, HiCache with 2x host memory, chunks of 64 K tokens (the extend cap).
+#: The seed's deployment as prefillkit flags (README "The seed's mechanism, measured").
+#: GLM-5 FP8 on one node of 8 x H20 141 GB: the only Hopper class on which (a) GLM-5's
+#: 744 GB of FP8 weights fit one node with room for KV (8 x 80 GB H800/H100 and 8 x 96 GB
+#: H20 do not) and (b) the notes' figures follow from the physics: on H200 a 64 K-context
+#: warm batch forwards in ~0.4 s, not 1-2 s (H200 has 6.7x H20's FP8 compute). CP 8
+#: shared-KV at page 64, EP 8, HiCache with 2x host memory, chunks of 64 K tokens (the
+#: extend cap).
 SEED_DEPLOYMENT: tuple[str, ...] = (
     "--model", "glm-5",
     "--gpu", "h20-141g",
