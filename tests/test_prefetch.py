@@ -46,8 +46,8 @@ def test_in_a_fresh_process() -> None:
     if can_fork():
         pytest.skip("this process can fork: the tests run here")
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
-         "-k", "not test_in_a_fresh_process"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n0",
+         __file__, "-k", "not test_in_a_fresh_process"],  # one process: it must fork
         capture_output=True, text=True, cwd=Path(__file__).parents[1],
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]

@@ -422,7 +422,7 @@ def test_html_report_shows_deployment_and_labels(tmp_path) -> None:
 def test_console_summary_has_panel_and_no_raw_keys(tmp_path, capsys) -> None:
     import json
 
-    from prefillkit.cli import print_summary_table
+    from prefillkit.report.console import print_summary_table
 
     run = _run_dir(tmp_path, slo_ttft_s=1.0)
     doc = json.loads((tmp_path / "run" / "summary.json").read_text())
