@@ -24,7 +24,7 @@ def _knob_text(value: object) -> str:
 
 
 def _knobs_markdown(bases: Sequence[str], rows: Sequence[tuple[str, list[str], str, str]]) -> str:
-    """The knob rows as a Markdown table (the README's)."""
+    """The knob rows as a Markdown table (docs/knobs.md's)."""
     head = " | ".join(bases)
     lines = [f"| flag | {head} | meaning |", "| --- |" + " --- |" * len(bases) + " --- |"]
     for flag, defaults, meaning, _ in rows:
@@ -34,7 +34,7 @@ def _knobs_markdown(bases: Sequence[str], rows: Sequence[tuple[str, list[str], s
 
 
 @click.command("knobs", context_settings=CONTEXT_SETTINGS)
-@click.option("--markdown", is_flag=True, help="Print a Markdown table (for the README).")
+@click.option("--markdown", is_flag=True, help="Print a Markdown table (docs/knobs.md's).")
 def knobs_cmd(markdown: bool) -> None:
     """List every config knob: flag, the defaults replay uses, and meaning.
 

@@ -28,8 +28,8 @@ the same either way. Every finished point is written to DIR/points/ (Parquet, on
 point) as it ends: rerunning the same command after a crash or Ctrl-C recomputes nothing
 that finished, and a changed grid reuses the points it shares. A failed point is retried
 once, then stored with its error (exit status 1). Prints a table, writes DIR/report.html;
---show DIR re-renders both from the store. Grid format: see the README ("Sweeps and
-capacity search") or examples/sweep_*.toml.
+--show DIR re-renders both from the store. Grid format: see docs/sweeps.md or
+examples/sweep_*.toml.
 """
 
 

@@ -14,6 +14,7 @@ from prefillkit.cli.workload_options import FORMAT_OPTION
 from prefillkit.records.output import json_ready
 from prefillkit.report.console import print_trace_stats
 from prefillkit.sim.engine import SimConfigError
+from prefillkit.workloads.block_size import block_size_refusal
 from prefillkit.workloads.bundled import resolve_trace
 from prefillkit.workloads.record import TraceRecord, to_request
 from prefillkit.workloads.stats import TOKEN_BLOCK_SIZE, trace_stats
@@ -25,16 +26,20 @@ if TYPE_CHECKING:
 __all__ = ["trace_stats_cmd"]
 
 
+def _refuse_block_size(block_size: int | None, fmt: str) -> None:
+    refusal = None if block_size is None else block_size_refusal(fmt=fmt)
+    if refusal is not None:
+        raise InputError(f"--block-size {refusal}")
+
+
 def _load(
     path: str, fmt: str, block_size: int | None, skip_bad_rows: bool
 ) -> tuple[str, str, list[TraceRecord], list[tuple[int, str]]]:
     """``(path, format, records, skipped rows)`` of the trace (a bundled name or a path)."""
-    if block_size is not None and fmt in ("azure", "jsonl"):
-        raise InputError(f"--block-size does not apply to the {fmt} format")
+    _refuse_block_size(block_size, fmt)  # the format named, then the one detected
     path = resolve_trace(path)  # a bundled name (mooncake-slice) or a path
     real_fmt = detect_format(path) if fmt == "auto" else fmt
-    if block_size is not None and real_fmt in ("azure", "jsonl"):
-        raise InputError(f"--block-size does not apply to the {real_fmt} format")
+    _refuse_block_size(block_size, real_fmt)
     records, skipped = load_records(
         path, real_fmt, ReplayOptions(skip_bad_rows=skip_bad_rows), block_size=block_size
     )
