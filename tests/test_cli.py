@@ -437,7 +437,7 @@ def test_sigint_writes_partial_results(tmp_path: Path) -> None:
         # requests.csv reach its temporary file (256 K characters: ~2,000 requests).
         while not _rows_written(out):
             assert proc.poll() is None, "the replay ended before its first rows"
-            assert time.monotonic() < deadline + 120, "no rows written"
+            assert time.monotonic() < deadline + 300, "no rows written in 330 s"
             time.sleep(0.01)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)  # stdout is small (a table): no pipe deadlock
