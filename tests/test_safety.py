@@ -101,7 +101,7 @@ def test_the_grep_would_catch_them() -> None:
 def test_parsers_are_tomllib_json_and_csv() -> None:
     """Config and trace readers import only safe standard-library parsers."""
     readers = {
-        "app/settings.py": {"tomllib"},  # the one config/variants TOML reader
+        "app/config_file.py": {"tomllib"},  # the one config/variants TOML reader
         "workloads/jsonl.py": {"json"},
         "workloads/azure.py": {"csv"},
     }
@@ -112,7 +112,7 @@ def test_parsers_are_tomllib_json_and_csv() -> None:
     }
     # Config (and variants) files are read in one place; the sweep's grid files and the
     # cost-model presets are their own formats.
-    assert toml_readers == {"app/settings.py", "app/sweep/grid.py", "cost/fit.py"}
+    assert toml_readers == {"app/config_file.py", "app/sweep/grid.py", "cost/fit.py"}
     for rel, parsers in readers.items():
         text = (SRC / rel).read_text(encoding="utf-8")
         for parser in parsers:

@@ -7,34 +7,38 @@ resampled jointly for both variants, which removes the between-request variance 
 unpaired bootstrap would leave in the interval).
 
 :func:`compare_runs` returns a plain, JSON-serialisable dict (``NaN`` becomes ``None``);
-:func:`comparison_table` renders it with rich and :mod:`prefillkit.report.html` renders it
-as HTML. :func:`format_metric` is the one formatter both use.
+:func:`~prefillkit.report.compare_tables.comparison_table` renders it with rich and
+:mod:`prefillkit.report.html` renders it as HTML.
+:func:`~prefillkit.report.compare_metrics.format_metric` is the one formatter both use.
+The metrics (:mod:`prefillkit.report.compare_metrics`) and the tables
+(:mod:`prefillkit.report.compare_tables`) live beside this module; every name they define
+that was once defined here is still importable from here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from rich.markup import escape
-from rich.table import Table
 
 from prefillkit.report.bootstrap import bootstrap_diffs, bootstrap_p99_diff
-from prefillkit.report.labels import metric_kind
-from prefillkit.report.labels import metric_label as _label_of
+from prefillkit.report.compare_metrics import HEADLINE_METRICS as HEADLINE_METRICS
+from prefillkit.report.compare_metrics import IMPROVED_BELOW as IMPROVED_BELOW
+from prefillkit.report.compare_metrics import KEY_METRICS as KEY_METRICS
+from prefillkit.report.compare_metrics import WORSE_ABOVE as WORSE_ABOVE
+from prefillkit.report.compare_metrics import format_delta as format_delta
+from prefillkit.report.compare_metrics import format_metric as format_metric
+from prefillkit.report.compare_metrics import format_p99_ci as format_p99_ci
+from prefillkit.report.compare_metrics import format_ratio as format_ratio
+from prefillkit.report.compare_metrics import metric_label as metric_label
+from prefillkit.report.compare_tables import comparison_rows as comparison_rows
+from prefillkit.report.compare_tables import comparison_table as comparison_table
+from prefillkit.report.compare_tables import headline_rows as headline_rows
+from prefillkit.report.compare_tables import headline_table as headline_table
 from prefillkit.report.rundir import RunData
-from prefillkit.report.verdicts import (
-    N_RULE,
-    comparison_notes,
-    min_samples,
-    n_text,
-    run_split_note,
-    sample_count,
-    sample_key,
-    too_few,
-)
+from prefillkit.report.verdicts import min_samples, run_split_note, sample_count
 
 __all__ = [
     "HEADLINE_METRICS",
@@ -58,65 +62,6 @@ __all__ = [
     "run_metric",
 ]
 
-# (metric key, label, unit kind). Kinds: "s" seconds, "frac" fraction 0..1, "count",
-# "tok_s" tokens per second, "float" plain number, "flag" yes/no (no delta or ratio).
-KEY_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("requests", "requests", "count"),
-    ("completed", "completed", "count"),
-    ("rejected", "rejected", "count"),
-    ("ttft_p50_s", "TTFT p50", "s"),
-    ("ttft_p90_s", "TTFT p90", "s"),
-    ("ttft_p95_s", "TTFT p95", "s"),
-    ("ttft_p99_s", "TTFT p99", "s"),
-    ("ttft_max_s", "TTFT max", "s"),
-    ("ttft_mean_s", "TTFT mean", "s"),
-    ("ttft_std_s", "TTFT std", "s"),
-    ("steady_ttft_p90_s", "steady TTFT p90", "s"),
-    ("steady_ttft_p99_s", "steady TTFT p99", "s"),
-    ("warm_ttft_p99_s", "warm TTFT p99", "s"),
-    ("cold_ttft_p99_s", "cold TTFT p99", "s"),
-    ("overloaded", "overloaded", "flag"),
-    ("queueing_mean_s", "queueing mean", "s"),
-    ("queueing_p99_s", "queueing p99", "s"),
-    ("slo_attainment", "SLO attainment", "frac"),
-    ("goodput_req_s", "goodput", "req_s"),
-    ("cache_hit_rate", "cache hit rate", "frac"),
-    ("device_hit_rate", "device hit rate", "frac"),
-    ("host_hit_rate", "host hit rate", "frac"),
-    ("input_throughput_tok_s", "input throughput", "tok_s"),
-    ("executor_utilization", "executor utilization", "frac"),
-    ("num_batches", "batches", "count"),
-    ("mean_batch_size", "mean batch size", "float"),
-    ("affinity_skips", "affinity skips", "count"),
-    ("affinity_defers", "affinity defers", "count"),
-    ("affinity_stops", "affinity stops", "count"),
-    ("empty_passes", "empty admission passes", "count"),
-    ("preemptions", "preemptions", "count"),
-    ("evicted_pages", "evicted pages", "count"),
-    ("sim_duration_s", "simulated duration", "s"),
-)
-
-#: The rows of the comparison's lead table: (metric key, which way is better: -1 lower,
-#: +1 higher, 0 neither). The TTFT statistics get a paired bootstrap interval
-#: (:data:`_PAIRED_STATS`); the others a plain difference.
-HEADLINE_METRICS: tuple[tuple[str, int], ...] = (
-    ("ttft_p50_s", -1),
-    ("ttft_p90_s", -1),
-    ("ttft_p99_s", -1),
-    ("ttft_mean_s", -1),
-    ("ttft_max_s", -1),
-    ("warm_ttft_p99_s", -1),
-    ("cold_ttft_p99_s", -1),
-    ("queueing_mean_s", -1),
-    ("slo_attainment", 1),
-    ("goodput_req_s", 1),
-    ("cache_hit_rate", 1),
-    ("input_throughput_tok_s", 1),
-    ("executor_utilization", 0),
-    ("num_batches", 0),
-    ("mean_batch_size", 0),
-    ("overloaded", -1),
-)
 
 # Paired bootstrap statistics of TTFT: summary key -> quantile (None: the mean).
 _PAIRED_STATS: dict[str, float | None] = {
@@ -125,13 +70,6 @@ _PAIRED_STATS: dict[str, float | None] = {
     "ttft_p99_s": 0.99,
     "ttft_mean_s": None,
 }
-# A change without an interval counts when it moves the value by more than this fraction.
-_PLAIN_CHANGE = 0.01
-_KIND = {key: kind for key, _, kind in KEY_METRICS}
-_LABEL = {key: label for key, label, _ in KEY_METRICS}
-
-IMPROVED_BELOW = 0.99
-WORSE_ABOVE = 1.01
 
 # TTFT metrics that can be recomputed from requests.csv when the summary lacks them.
 _TTFT_FALLBACK: dict[str, tuple[str, float]] = {
@@ -283,53 +221,16 @@ def compare_runs(
     if not runs:
         raise ValueError("compare_runs needs at least one run")
     base = runs[0]
+    if not runs:
+        raise ValueError("compare_runs needs at least one run")
+    base = runs[0]
     keys = [key for key, _, _ in KEY_METRICS]
     base_vals = {k: run_metric(base, k) for k in keys}
     variants: list[dict[str, Any]] = []
     for i, run in enumerate(runs):
         vals = base_vals if i == 0 else {k: run_metric(run, k) for k in keys}
-        delta: dict[str, float | None] = {}
-        ratio: dict[str, float | None] = {}
-        for k in keys:
-            v, bv = vals[k], base_vals[k]
-            delta[k] = None if v is None or bv is None else v - bv
-            ratio[k] = None if v is None or bv is None or bv == 0 else v / bv
-        paired: dict[str, Any] | None = None
-        if i > 0:
-            rids, bt, ot = paired_ttft_values(base, run)
-            boot = bootstrap_diffs(
-                bt, ot, list(_PAIRED_STATS.values()), n_boot=n_boot, seed=seed, ci=ci
-            )
-            d, lo, hi = boot[list(_PAIRED_STATS).index("ttft_p99_s")]
-            paired = {
-                "n_paired": len(bt),
-                "ratio": ratio_summary(ot / bt if len(bt) else []),
-                "by_class": class_ratios(base, rids, bt, ot),
-                "p99_diff_s": d,
-                "p99_diff_lo_s": lo,
-                "p99_diff_hi_s": hi,
-                "base_p99_s": float(np.quantile(bt, 0.99)) if len(bt) else None,
-                "other_p99_s": float(np.quantile(ot, 0.99)) if len(ot) else None,
-                # Paired difference with its interval for each TTFT statistic.
-                "diff_ci": {
-                    key: {"diff": dd, "lo": ll, "hi": hh}
-                    for key, (dd, ll, hh) in zip(_PAIRED_STATS, boot, strict=True)
-                },
-            }
-        variants.append(
-            {
-                "name": run.name,
-                "is_baseline": i == 0,
-                "partial": run.partial,
-                "metrics": vals,
-                "delta": delta,
-                "ratio": ratio,
-                "n": {k: sample_count(run.metrics, k) for k in keys},
-                "overload_reason": run.metrics.get("overload_reason"),
-                "split_note": run_split_note(run.metrics, run.config),
-                "paired": paired,
-            }
-        )
+        paired = None if i == 0 else _paired_stats(base, run, n_boot=n_boot, seed=seed, ci=ci)
+        variants.append(_variant_entry(run, i == 0, keys, vals, base_vals, paired))
     out = {
         "baseline": base.name,
         "ci": ci,
@@ -341,6 +242,60 @@ def compare_runs(
         "variants": variants,
     }
     return _jsonable(out)
+
+
+def _variant_entry(
+    run: RunData,
+    is_baseline: bool,
+    keys: list[str],
+    vals: dict[str, float | None],
+    base_vals: dict[str, float | None],
+    paired: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """One variant of :func:`compare_runs`: its metrics ``vals``, their delta and ratio
+    against the baseline's ``base_vals``, and its ``paired`` statistics."""
+    delta: dict[str, float | None] = {}
+    ratio: dict[str, float | None] = {}
+    for k in keys:
+        v, bv = vals[k], base_vals[k]
+        delta[k] = None if v is None or bv is None else v - bv
+        ratio[k] = None if v is None or bv is None or bv == 0 else v / bv
+    return {
+        "name": run.name,
+        "is_baseline": is_baseline,
+        "partial": run.partial,
+        "metrics": vals,
+        "delta": delta,
+        "ratio": ratio,
+        "n": {k: sample_count(run.metrics, k) for k in keys},
+        "overload_reason": run.metrics.get("overload_reason"),
+        "split_note": run_split_note(run.metrics, run.config),
+        "paired": paired,
+    }
+
+
+def _paired_stats(
+    base: RunData, run: RunData, *, n_boot: int, seed: int, ci: float
+) -> dict[str, Any]:
+    """The paired statistics of ``run`` against ``base`` (see :func:`compare_runs`)."""
+    rids, bt, ot = paired_ttft_values(base, run)
+    boot = bootstrap_diffs(bt, ot, list(_PAIRED_STATS.values()), n_boot=n_boot, seed=seed, ci=ci)
+    d, lo, hi = boot[list(_PAIRED_STATS).index("ttft_p99_s")]
+    return {
+        "n_paired": len(bt),
+        "ratio": ratio_summary(ot / bt if len(bt) else []),
+        "by_class": class_ratios(base, rids, bt, ot),
+        "p99_diff_s": d,
+        "p99_diff_lo_s": lo,
+        "p99_diff_hi_s": hi,
+        "base_p99_s": float(np.quantile(bt, 0.99)) if len(bt) else None,
+        "other_p99_s": float(np.quantile(ot, 0.99)) if len(ot) else None,
+        # Paired difference with its interval for each TTFT statistic.
+        "diff_ci": {
+            key: {"diff": dd, "lo": ll, "hi": hh}
+            for key, (dd, ll, hh) in zip(_PAIRED_STATS, boot, strict=True)
+        },
+    }
 
 
 def _jsonable(obj: Any) -> Any:
@@ -357,276 +312,3 @@ def _jsonable(obj: Any) -> Any:
         f = float(obj)
         return f if math.isfinite(f) else None
     return obj
-
-
-# --------------------------------------------------------------------------- formatting
-
-
-def format_metric(key: str, value: float | None, *, kind: str | None = None) -> str:
-    """Human-readable value of metric ``key`` (``-`` when missing)."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    kind = kind or _KIND.get(key) or metric_kind(key)
-    if kind == "flag":
-        return "yes" if value else "no"
-    if kind == "s":
-        return _format_seconds(value)
-    if kind == "frac":
-        return f"{value * 100:.1f}%"
-    if kind == "count":
-        return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
-    if kind == "tok_s":
-        return f"{value:,.0f} tok/s"
-    if kind == "req_s":
-        return f"{value:,.3g} req/s"
-    if kind == "tokens":
-        return f"{value:,.0f}"
-    return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-
-
-def _format_seconds(value: float) -> str:
-    a = abs(value)
-    if a == 0:
-        return "0 s"
-    if a < 1.0:
-        return f"{value * 1000:.3g} ms"
-    return f"{value:.3g} s" if a < 100 else f"{value:,.1f} s"
-
-
-def format_delta(key: str, delta: float | None) -> str:
-    """Signed difference in the metric's unit (``-`` when missing)."""
-    if delta is None or not math.isfinite(delta):
-        return "-"
-    if delta == 0:
-        return "±0"
-    kind = _KIND.get(key) or metric_kind(key)
-    sign = "+" if delta > 0 else "−"
-    if kind == "frac":
-        return f"{sign}{abs(delta) * 100:.1f} pp"
-    return sign + format_metric(key, abs(delta))
-
-
-def format_ratio(ratio: float | None) -> str:
-    if ratio is None or not math.isfinite(ratio):
-        return "-"
-    return f"×{ratio:.3g}"
-
-
-def format_p99_ci(paired: dict[str, Any] | None, ci: float) -> str:
-    """``Δp99 [lo, hi]`` text of a variant's paired statistics."""
-    if not paired or paired.get("p99_diff_s") is None:
-        return "-"
-    d = format_delta("ttft_p99_s", paired["p99_diff_s"])
-    lo = format_delta("ttft_p99_s", paired.get("p99_diff_lo_s"))
-    hi = format_delta("ttft_p99_s", paired.get("p99_diff_hi_s"))
-    return f"{d}  [{lo}, {hi}] ({ci * 100:.0f}% CI)"
-
-
-def comparison_rows(
-    cmp: dict[str, Any],
-) -> tuple[list[str], list[list[str]], list[list[str]]]:
-    """``(header, metric_rows, paired_rows)`` of the comparison table, as plain text.
-
-    Shared by the rich table and the HTML page. One row per metric, one column per variant;
-    a non-baseline cell reads ``value (delta, ×ratio)``. ``paired_rows`` (empty with a
-    single run) hold the paired statistics of each variant against the baseline.
-    """
-    variants: list[dict[str, Any]] = cmp.get("variants", [])
-    ci = float(cmp.get("ci", 0.95))
-    header = ["metric"] + [
-        f"{v['name']} (baseline)" if v.get("is_baseline") else str(v["name"]) for v in variants
-    ]
-    rows: list[list[str]] = []
-    for m in cmp.get("metrics", []):
-        key = m["key"]
-        if all(v["metrics"].get(key) is None for v in variants):
-            continue
-        row = [str(m.get("label", key))]
-        for v in variants:
-            text = format_metric(key, v["metrics"].get(key), kind=m.get("kind"))
-            changes = m.get("kind") != "flag" and not v.get("is_baseline")
-            notes = []
-            if changes and v["metrics"].get(key) is not None:
-                notes += [format_delta(key, v["delta"].get(key)), format_ratio(v["ratio"].get(key))]
-            n = (v.get("n") or {}).get(key)
-            if sample_key(key) is not None and n is not None and v["metrics"].get(key) is not None:
-                notes.append(f"n={n:,}")
-            row.append(f"{text} ({', '.join(notes)})" if notes else text)
-        rows.append(row)
-    paired = _paired_rows(variants, ci) if len(variants) > 1 else []
-    return header, rows, paired
-
-
-def _paired_rows(variants: list[dict[str, Any]], ci: float) -> list[list[str]]:
-    def cell(v: dict[str, Any], fn: Callable[[dict[str, Any]], str]) -> str:
-        p = v.get("paired")
-        return "-" if v.get("is_baseline") or not p else fn(p)
-
-    def pct(x: float | None) -> str:
-        return "-" if x is None else f"{x * 100:.1f}%"
-
-    def rq(p: dict[str, Any], k: str) -> str:
-        return format_ratio(p["ratio"].get(k))
-
-    def by_class(p: dict[str, Any], name: str) -> str:
-        r = (p.get("by_class") or {}).get(name) or {}
-        if not r.get("n"):
-            return "-"
-        return f"{format_ratio(r.get('p50'))} / {format_ratio(r.get('p90'))} (n={r['n']:,})"
-
-    specs: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
-        ("paired requests", lambda p: f"{p['n_paired']:,}"),
-        (
-            "TTFT ratio p10 / p50 / p90",
-            lambda p: " / ".join(rq(p, k) for k in ("p10", "p50", "p90")),
-        ),
-        ("TTFT ratio geomean", lambda p: rq(p, "geomean")),
-        ("warm TTFT ratio p50 / p90", lambda p: by_class(p, "warm")),
-        ("cold TTFT ratio p50 / p90", lambda p: by_class(p, "cold")),
-        (
-            "requests faster / slower",
-            lambda p: (
-                f"{pct(p['ratio'].get('frac_improved'))} / {pct(p['ratio'].get('frac_worse'))}"
-            ),
-        ),
-        ("Δ TTFT p99 (paired bootstrap)", lambda p: format_p99_ci(p, ci)),
-    ]
-    return [[label] + [cell(v, fn) for v in variants] for label, fn in specs]
-
-
-def headline_table(cmp: dict[str, Any]) -> Table:
-    """Rich table of :func:`headline_rows`: the comparison's lead table with verdicts."""
-    header, rows = headline_rows(cmp)
-    ci = float(cmp.get("ci", 0.95))
-    table = Table(
-        title=f"Verdict vs baseline {cmp.get('baseline', '')}",
-        caption=escape(
-            "\n".join(
-                [
-                    f"Δ [lo, hi]: paired {ci * 100:.0f}% bootstrap interval over requests for "
-                    "TTFT statistics; better/worse: the interval excludes 0 (others: moved by "
-                    "more than 1%)",
-                    N_RULE,
-                    *comparison_notes(cmp),
-                ]
-            )
-        ),
-    )
-    table.add_column(header[0], style="bold", no_wrap=True)
-    for h in header[1:-1]:
-        table.add_column(h, justify="right")
-    table.add_column(header[-1])
-    for row in rows:
-        table.add_row(*row)
-    return table
-
-
-def comparison_table(cmp: dict[str, Any]) -> Table:
-    """Rich table of :func:`compare_runs` output: metrics by variant, then paired stats."""
-    header, rows, paired = comparison_rows(cmp)
-    ci = float(cmp.get("ci", 0.95))
-    table = Table(
-        title=f"Comparison vs baseline {cmp.get('baseline', '')}",
-        caption=(
-            f"cells: value (delta, ×ratio) vs baseline; faster/slower = per-request TTFT ratio "
-            f"< {IMPROVED_BELOW} / > {WORSE_ABOVE}; Δp99 with {ci * 100:.0f}% paired "
-            f"bootstrap CI ({cmp.get('n_boot', '?')} resamples)"
-        ),
-        show_lines=False,
-    )
-    table.add_column(header[0], style="bold", no_wrap=True)
-    for h in header[1:]:
-        table.add_column(h, justify="right")
-    for i, row in enumerate(rows):
-        table.add_row(*row, end_section=bool(paired) and i == len(rows) - 1)
-    for row in paired:
-        table.add_row(*row)
-    return table
-
-
-def metric_label(key: str) -> str:
-    """The label of ``key`` (:mod:`prefillkit.report.labels`; never the raw key)."""
-    return _LABEL.get(key) or _label_of(key)
-
-
-def _verdict_word(
-    delta: float, lo: float | None, hi: float | None, base: float, better: int
-) -> str:
-    """``better`` / ``worse`` / ``no clear change`` / ``higher`` / ``lower`` / ``same``."""
-    if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
-        if lo == hi == delta == 0.0:
-            return "same"
-        if lo <= 0.0 <= hi:
-            return "no clear change"
-        up = lo > 0.0
-    else:
-        scale = abs(base) if base else 1.0
-        if abs(delta) <= _PLAIN_CHANGE * scale:
-            return "same"
-        up = delta > 0.0
-    if better == 0:
-        return "higher" if up else "lower"
-    return "better" if (up and better > 0) or (not up and better < 0) else "worse"
-
-
-def headline_rows(cmp: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """``(header, rows)`` of the comparison's lead table, as plain text.
-
-    One row per :data:`HEADLINE_METRICS` metric present in any variant: its label, its n
-    (the requests it rests on, :mod:`prefillkit.report.verdicts`), the baseline's value,
-    each other variant's value with the difference (and, for the TTFT statistics, the
-    paired bootstrap interval: ``Δ [lo, hi]``), and a one-line verdict naming each
-    variant: *better* / *worse* (the interval excludes 0, or without an interval the
-    value moved by more than 1 %), *no clear change* (the interval holds 0), *same*,
-    *higher* / *lower* for a metric that is neither better up nor down, or *n too small*
-    when the baseline or the variant rests on fewer requests than the metric needs.
-    """
-    variants: list[dict[str, Any]] = cmp.get("variants", [])
-    header = ["metric", "n"] + [
-        f"{v['name']} (baseline)" if v.get("is_baseline") else str(v["name"]) for v in variants
-    ]
-    header.append("verdict")
-    spec = cmp.get("headline") or [{"key": k, "better": d} for k, d in HEADLINE_METRICS]
-    rows: list[list[str]] = []
-    for item in spec:
-        key, better = item["key"], int(item.get("better", 0))
-        if all(v["metrics"].get(key) is None for v in variants):
-            continue
-        counts = [(v.get("n") or {}).get(key) for v in variants]
-        row = [metric_label(key), n_text(counts)]
-        verdicts: list[str] = []
-        base_value = variants[0]["metrics"].get(key) if variants else None
-        for v, n in zip(variants, counts, strict=True):
-            value = v["metrics"].get(key)
-            text = format_metric(key, value)
-            if _KIND.get(key) == "flag" and value and v.get("overload_reason"):
-                text += f": {v['overload_reason']}"
-            if v.get("is_baseline") or value is None or base_value is None:
-                row.append(text)
-                continue
-            delta = v["delta"].get(key)
-            if delta is None:
-                row.append(text)
-                continue
-            band = ((v.get("paired") or {}).get("diff_ci") or {}).get(key)
-            lo = hi = None
-            if band and band.get("lo") is not None and band.get("hi") is not None:
-                lo, hi = float(band["lo"]), float(band["hi"])
-                text += f" ({format_delta(key, delta)} [{format_delta(key, lo)}, "
-                text += f"{format_delta(key, hi)}])"
-            elif _KIND.get(key) != "flag":
-                text += f" ({format_delta(key, delta)})"
-            row.append(text)
-            few = too_few(key, [counts[0], n])
-            if few is not None:
-                word = few
-            elif _KIND.get(key) == "flag":
-                word = (
-                    "same" if bool(value) == bool(base_value) else ("worse" if value else "better")
-                )
-            else:
-                word = _verdict_word(float(delta), lo, hi, float(base_value), better)
-            verdicts.append(f"{v['name']}: {word}")
-        row.append("; ".join(verdicts) if verdicts else "-")
-        rows.append(row)
-    return header, rows

@@ -8,11 +8,15 @@ neither hides the other (:mod:`prefillkit.report.plot_base`). Empty inputs give 
 with a "no data" note rather than an error.
 :func:`plot_affinity` is the one exception to "always a PNG": when every skip/defer count
 is zero it writes nothing and returns ``None`` (the report shows a note instead).
+
+This module draws the TTFT, queue and window plots and lists every plot of a report
+(:data:`PLOTS`); the batches plot is :mod:`prefillkit.report.plot_batches`'s, the cache
+plots are :mod:`prefillkit.report.plot_cache`'s (both importable from here too), and
+:mod:`prefillkit.report.plot_save` writes the PNG files.
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +26,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter
 
-from prefillkit.outfile import write_bytes
 from prefillkit.report.plot_base import (
     DPI,
     FIGSIZE,
@@ -50,6 +50,12 @@ from prefillkit.report.plot_base import new_figure as _new_figure
 from prefillkit.report.plot_base import no_data as _no_data
 from prefillkit.report.plot_base import style as _style
 from prefillkit.report.plot_base import variants as _variants
+from prefillkit.report.plot_batches import plot_batches as plot_batches
+from prefillkit.report.plot_cache import affinity_counts as affinity_counts
+from prefillkit.report.plot_cache import cache_split as cache_split
+from prefillkit.report.plot_cache import plot_affinity as plot_affinity
+from prefillkit.report.plot_cache import plot_cache_split as plot_cache_split
+from prefillkit.report.plot_save import save_figure as _save
 from prefillkit.report.rundir import RunData
 
 __all__ = [
@@ -71,23 +77,6 @@ __all__ = [
     "variant_markers",
     "window_series",
 ]
-
-# Device / host / recomputed tokens in the cache split.
-_SPLIT_COLORS = ("#2a9d8f", "#e9c46a", "#e76f51")
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _save(fig: Figure, out_path: str | Path) -> Path:
-    path = Path(out_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=DPI, bbox_inches="tight", format="png", metadata={"Software": None})
-    plt.close(fig)
-    write_bytes(path, buf.getvalue())
-    return path
-
 
 # --------------------------------------------------------------------------- plots
 
@@ -200,23 +189,28 @@ def plot_ttft_over_time(runs: Runs, out_path: str | Path) -> Path:
     if entries == 0:
         _no_data(ax, "no finished requests")
     else:
-        ax.set_yscale("log")
-        _log_seconds(ax.yaxis)
-        ax.set_xlabel("arrival time (s)")
-        ax.set_ylabel("TTFT (s, log scale)")
-        _style(ax)
-        legend = ax.legend(
-            loc="upper left",
-            bbox_to_anchor=(1.01, 1.0),
-            borderaxespad=0.0,
-            frameon=False,
-            fontsize=9,
-            markerscale=2.5,
-        )
-        for handle in legend.legend_handles:  # opaque legend markers
-            if handle is not None:
-                handle.set_alpha(1.0)
+        _finish_over_time(ax)
     return _save(fig, out_path)
+
+
+def _finish_over_time(ax: Axes) -> None:
+    """Log TTFT axis, labels and the legend (opaque markers) of :func:`plot_ttft_over_time`."""
+    ax.set_yscale("log")
+    _log_seconds(ax.yaxis)
+    ax.set_xlabel("arrival time (s)")
+    ax.set_ylabel("TTFT (s, log scale)")
+    _style(ax)
+    legend = ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        borderaxespad=0.0,
+        frameon=False,
+        fontsize=9,
+        markerscale=2.5,
+    )
+    for handle in legend.legend_handles:  # opaque legend markers
+        if handle is not None:
+            handle.set_alpha(1.0)
 
 
 def _finished_points(run: RunData) -> tuple[np.ndarray, np.ndarray]:
@@ -309,108 +303,6 @@ def plot_queue_length(runs: Runs, out_path: str | Path) -> Path:
     return _save(fig, out_path)
 
 
-def _binned_mean(x: np.ndarray, y: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Mean of ``y`` in ``bins`` equal-width bins of ``x`` (empty bins dropped)."""
-    if len(x) == 0:
-        return np.zeros(0), np.zeros(0)
-    lo, hi = float(x.min()), float(x.max())
-    if hi <= lo:
-        return np.array([lo]), np.array([float(y.mean())])
-    edges = np.linspace(lo, hi, bins + 1)
-    idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)
-    counts = np.bincount(idx, minlength=bins)
-    sums = np.bincount(idx, weights=y, minlength=bins)
-    centers = (edges[:-1] + edges[1:]) / 2
-    ok = counts > 0
-    return centers[ok], sums[ok] / counts[ok]
-
-
-def plot_batches(runs: Runs, out_path: str | Path, *, max_bins: int = 60) -> Path:
-    """Batch size (top) and extend / cache-hit / carried-prefix tokens per batch (bottom).
-
-    The cached tokens of a batch are split as in ``batches.csv`` (``cost/cached.py``):
-    cache hits (device + host) of first chunks, and the carried prefix of chunk
-    continuations (a run written before the split shows its plain ``cached_tokens``).
-
-    Points are the individual batches; lines are means over equal time bins (about eight
-    batches per bin, at most ``max_bins``) so that variants stay comparable when there are
-    thousands of batches.
-    """
-    n_max = max((r.num_batches for r in runs), default=0)
-    bins = _auto_bins(n_max, max_bins)
-    fig, (ax_size, ax_tok) = _new_figure(FIGSIZE_TALL, rows=2)
-    ax_size.set_title("Batches over time")
-    entries = 0
-    tok_entries = 0
-    sizes = [(_col(run, "batches", "start_s"), _col(run, "batches", "size")) for run in runs]
-    same, labels = twins(sizes), variant_labels(runs)
-    for i, (run, label, color, marker) in enumerate(_variants(runs)):
-        start, size = sizes[i]
-        ok = np.isfinite(start) & np.isfinite(size)
-        if not ok.any():
-            continue
-        x, s = start[ok], size[ok]
-        ax_size.scatter(x, s, s=8, alpha=0.3, color=color, edgecolors="none", rasterized=True)
-        bx, bs = _binned_mean(x, s, bins)
-        note, kw = twin_note(same, i, labels), twin_kw(same, i, 4)
-        ax_size.plot(bx, bs, color=color, lw=1.6, marker=marker, label=label + note, **kw)
-        entries += 1
-        for what, ls, v in _token_lines(run):
-            if len(v) != len(start):
-                continue
-            okv = np.isfinite(start) & np.isfinite(v)
-            if not okv.any():
-                continue
-            tx, tv = _binned_mean(start[okv], v[okv], bins)
-            ax_tok.plot(
-                tx,
-                tv,
-                color=color,
-                lw=1.5,
-                marker=marker,
-                label=f"{label}: {what}{note}",
-                **{**twin_kw(same, i, 3), "ls": ls},  # NOTE: the style tells the tokens
-            )
-            tok_entries += 1
-    if entries == 0:
-        _no_data(ax_size, "no batches")
-        _no_data(ax_tok, "no batches")
-    else:
-        ax_size.set_ylabel("batch size (requests)")
-        ax_size.set_ylim(bottom=0)
-        _style(ax_size)
-        _legend(ax_size, entries)
-        if tok_entries == 0:
-            _no_data(ax_tok, "no token counts")
-        else:
-            ax_tok.set_ylabel("tokens per batch")
-            ax_tok.set_ylim(bottom=0)
-            ax_tok.yaxis.set_major_formatter(EngFormatter(sep=""))
-            _style(ax_tok)
-            _legend(ax_tok, tok_entries)
-        ax_tok.set_xlabel(f"batch start time (s); lines: mean over {bins} time bins")
-        ax_tok.tick_params(labelbottom=True)
-    return _save(fig, out_path)
-
-
-def _token_lines(run: RunData) -> list[tuple[str, str, np.ndarray]]:
-    """``(what, line style, tokens per batch)`` of the token panel of :func:`plot_batches`."""
-    extend = _col(run, "batches", "raw_extend_tokens")
-    dev = _col(run, "batches", "device_hit_tokens")
-    host = _col(run, "batches", "host_hit_tokens")
-    carried = _col(run, "batches", "carried_prefix_tokens")
-    if len(dev) and len(host) and len(carried):
-        return [
-            ("extend", "-", extend),
-            ("cache hits (device + host)", "--", dev + host),
-            ("carried prefix (chunks)", ":", carried),
-        ]
-    return [
-        ("extend", "-", extend),
-        ("cached (hits + carried)", "--", _col(run, "batches", "cached_tokens")),
-    ]
-
-
 def window_series(run: RunData) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(mid_s, ttft_p99_s, utilization, saturated)`` per window of the run's summary.
 
@@ -476,138 +368,6 @@ def plot_windows(runs: Runs, out_path: str | Path) -> Path:
     ax_util.tick_params(labelbottom=True)
     _style(ax_util)
     _legend(ax_util, entries)
-    return _save(fig, out_path)
-
-
-def cache_split(run: RunData) -> tuple[float, float, float]:
-    """Total ``(device_hit, host_hit, recomputed)`` tokens over the run's requests."""
-    if run.num_requests == 0:
-        return 0.0, 0.0, 0.0
-    out = []
-    for col in ("device_hit_tokens", "host_hit_tokens", "recomputed_tokens"):
-        v = _col(run, "requests", col)
-        out.append(float(np.nansum(v)) if len(v) else 0.0)
-    return out[0], out[1], out[2]
-
-
-def plot_cache_split(runs: Runs, out_path: str | Path) -> Path:
-    """Stacked bars per variant: share of prompt tokens hit on device, on host, recomputed."""
-    fig, (ax,) = _new_figure()
-    ax.set_title("Prompt tokens by source: device hit / host hit / recomputed")
-    labels = variant_labels(runs)
-    splits = np.array([cache_split(r) for r in runs], dtype=float).reshape(-1, 3)
-    totals = splits.sum(axis=1) if len(splits) else np.zeros(0)
-    if len(runs) == 0 or not (totals > 0).any():
-        _no_data(ax, "no token counts")
-        return _save(fig, out_path)
-    shares = (
-        np.divide(splits, totals[:, None], out=np.zeros_like(splits), where=totals[:, None] > 0)
-        * 100
-    )
-    x = np.arange(len(runs))
-    bottom = np.zeros(len(runs))
-    names = ("device hit", "host hit", "recomputed")
-    width = 0.6 if len(runs) > 1 else 0.4
-    for k, (name, color) in enumerate(zip(names, _SPLIT_COLORS, strict=True)):
-        bars = ax.bar(
-            x,
-            shares[:, k],
-            width,
-            bottom=bottom,
-            color=color,
-            label=name,
-            edgecolor="white",
-            linewidth=0.6,
-        )
-        for rect, share in zip(bars, shares[:, k], strict=True):
-            if share >= 6:
-                ax.text(
-                    rect.get_x() + rect.get_width() / 2,
-                    rect.get_y() + rect.get_height() / 2,
-                    f"{share:.0f}%",
-                    ha="center",
-                    va="center",
-                    fontsize=9,
-                    color="#222222",
-                )
-        bottom += shares[:, k]
-    for xi, total in zip(x, totals, strict=True):
-        ax.text(
-            float(xi),
-            101,
-            f"{_tokens(total)} tok",
-            ha="center",
-            va="bottom",
-            fontsize=8,
-            color="#444444",
-        )
-    ax.set_xticks(
-        x, labels, rotation=0 if len(runs) <= 4 else 25, ha="center" if len(runs) <= 4 else "right"
-    )
-    for tick, color in zip(ax.get_xticklabels(), variant_colors(runs), strict=True):
-        tick.set_color(color)
-        tick.set_fontweight("bold")
-    ax.set_ylim(0, 110)
-    ax.set_yticks([0, 20, 40, 60, 80, 100])
-    ax.set_ylabel("share of prompt tokens (%)")
-    ax.set_xlabel("variant (total prompt tokens above each bar)")
-    _style(ax)
-    ax.grid(False, axis="x")
-    _legend(ax, 3)
-    return _save(fig, out_path)
-
-
-def affinity_counts(run: RunData) -> dict[str, float]:
-    """Affinity skip / defer / stop counts of a run (summary metrics, else CSV sums)."""
-    out: dict[str, float] = {}
-    fallback = {
-        "affinity_skips": ("batches", "skips"),
-        "affinity_defers": ("batches", "defers"),
-        "affinity_stops": None,
-    }
-    for key, src in fallback.items():
-        value = run.metric(key)
-        if value is None and src is not None:
-            v = _col(run, src[0], src[1])
-            value = float(np.nansum(v)) if len(v) else None
-        out[key] = float(value) if value is not None else 0.0
-    return out
-
-
-def plot_affinity(runs: Runs, out_path: str | Path) -> Path | None:
-    """Grouped bars of affinity skip / defer / stop counts per variant.
-
-    Returns ``None`` and writes nothing when every count is zero (nothing to show).
-    """
-    counts = [affinity_counts(r) for r in runs]
-    kinds = [
-        ("affinity_skips", "skips"),
-        ("affinity_defers", "defers"),
-        ("affinity_stops", "stops"),
-    ]
-    kinds = [(k, n) for k, n in kinds if any(c[k] > 0 for c in counts)]
-    if not kinds:
-        return None
-    fig, (ax,) = _new_figure()
-    ax.set_title("Cache-affinity decisions per variant")
-    labels = variant_labels(runs)
-    colors = variant_colors(runs)
-    group = np.arange(len(kinds))
-    width = 0.8 / max(1, len(runs))
-    ymax = max(c[k] for c in counts for k, _ in kinds)
-    for i, (c, label, color) in enumerate(zip(counts, labels, colors, strict=True)):
-        vals = [c[k] for k, _ in kinds]
-        xs = group - 0.4 + width * (i + 0.5)
-        ax.bar(xs, vals, width * 0.92, color=color, label=label)
-        for xv, v in zip(xs, vals, strict=True):
-            ax.text(xv, v + ymax * 0.01, f"{v:,.0f}", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(group, [n for _, n in kinds])
-    ax.set_ylim(0, ymax * 1.12)
-    ax.set_ylabel("count (decisions)")
-    ax.set_xlabel("affinity decision")
-    _style(ax)
-    ax.grid(False, axis="x")
-    _legend(ax, len(runs))
     return _save(fig, out_path)
 
 
@@ -684,10 +444,3 @@ def render_plots(runs: Runs, out_dir: str | Path) -> dict[str, Path | None]:
 
 def _sec(value: float) -> str:
     return f"{value * 1000:.3g} ms" if value < 1 else f"{value:.3g} s"
-
-
-def _tokens(value: float) -> str:
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= div:
-            return f"{value / div:.3g}{suffix}"
-    return f"{value:.0f}"

@@ -1,0 +1,310 @@
+"""Every prefillkit knob, declared once: :class:`Knobs`, the fields of
+:class:`~prefillkit.app.settings.Config`.
+
+Each field is a knob: its name (spelled like SGLang's ``ServerArgs`` where SGLang has the
+flag, so ``chunked_prefill_size`` is ``--chunked-prefill-size``), its type, its default,
+and ``help`` and ``group`` metadata (the CLI makes one option per field from them, the
+knob table one row). :class:`Knobs` only declares; :class:`~prefillkit.app.settings.Config`
+adds the normalisation and the validation, and the readers of the knobs' sources
+(:mod:`prefillkit.app.config_file`, :mod:`prefillkit.app.flags`) type their values from
+these declarations (:mod:`prefillkit.app.knob_types`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefillkit.models import MODELS
+
+__all__ = ["GROUPS", "Knobs"]
+
+#: Field groups, in the order a CLI/README should present them.
+GROUPS: tuple[str, ...] = (
+    "memory",
+    "scheduler",
+    "priority",
+    "hicache",
+    "cp",
+    "affinity",
+    "deployment",
+)
+
+
+def _knob(default: Any, help: str, group: str) -> Any:
+    if group not in GROUPS:  # pragma: no cover - programming error
+        raise AssertionError(f"unknown group {group!r}")
+    return field(default=default, metadata={"help": help, "group": group})
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    """Every prefillkit knob, declared (name, type, default, help, group); not checked:
+    :class:`~prefillkit.app.settings.Config` is the validated one."""
+
+    # ----------------------------------------------------------------- memory / KV pool
+    page_size: int | None = _knob(
+        None,
+        "Tokens per KV page; unset = 64 with context parallelism (cp_size > 1), else 1.",
+        "memory",
+    )
+    max_total_tokens: int | None = _knob(
+        None,
+        "KV pool capacity in tokens, all CP lanes together; unset = derived from GPU memory.",
+        "memory",
+    )
+    kv_cache_dtype: str = _knob(
+        "auto", "KV cache dtype: auto (= bf16), bf16, fp8_e4m3 or fp8_e5m2.", "memory"
+    )
+    kv_bytes_per_token: int | None = _knob(
+        None, "KV bytes per token; unset = from the model preset and --kv-cache-dtype.", "memory"
+    )
+    mem_fraction_static: float = _knob(
+        0.88,
+        "Fraction of GPU memory for weights + KV pool, in (0, 1]. A launch line without it "
+        "gets SGLang's GPU-dependent default (GPU memory less its activation and CUDA-graph "
+        "reserve: 0.878 for DeepSeek-V3 at TP 8 on H200).",
+        "memory",
+    )
+    device_memory_gb: float | None = _knob(
+        None, "Memory per GPU in GB; unset = the GPU preset's.", "memory"
+    )
+
+    # ----------------------------------------------------------------- scheduler core
+    max_prefill_tokens: int = _knob(
+        16384, "Legacy input-token budget of one prefill batch (rem_input_tokens).", "scheduler"
+    )
+    chunked_prefill_size: int | None = _knob(
+        8192,
+        "Chunk budget per prefill batch (rem_chunk_tokens); -1 or none disables chunking. "
+        "A launch line without it gets SGLang's GPU-dependent default (16384 from 160 GiB "
+        "of GPU memory, 8192 from 60 GiB, less below).",
+        "scheduler",
+    )
+    max_running_requests: int | None = _knob(
+        None,
+        "Slot limit: requests holding KV at once; unset = min(4096, pool tokens / 2).",
+        "scheduler",
+    )
+    schedule_policy: str = _knob(
+        "fcfs", "Waiting-queue order: fcfs, lpm, dfs-weight or lof.", "scheduler"
+    )
+    lpm_fallback_queue_len: int | None = _knob(
+        None,
+        "LPM falls back to FCFS when the waiting queue is longer than this (upstream: 128); "
+        "-1 or none = never (default: matching is cheap, see benchmarks/RESULTS.md).",
+        "scheduler",
+    )
+    schedule_max_wait_s: float | None = _knob(
+        5.0,
+        "Wait bound of lpm, dfs-weight, lof and random: a request waiting this many seconds "
+        "goes ahead of the policy's order, oldest first (prefillkit extension; -1 or none = "
+        "off, upstream). With affinity on, min(this, --affinity-max-age-s) is used.",
+        "scheduler",
+    )
+    schedule_conservativeness: float = _knob(
+        1.0, "Scales the initial new-token ratio (higher = reserve more decode room).", "scheduler"
+    )
+    init_new_token_ratio: float = _knob(
+        0.7,
+        "Initial new-token ratio (times --schedule-conservativeness, capped at 1).",
+        "scheduler",
+    )
+    min_new_token_ratio_factor: float = _knob(
+        0.14, "Floor of the new-token ratio as a fraction of its initial value.", "scheduler"
+    )
+    new_token_ratio_decay_steps: int = _knob(
+        600, "Decode steps for the new-token ratio to decay from initial to floor.", "scheduler"
+    )
+    clip_max_new_tokens: int = _knob(
+        4096, "Output tokens reserved per request are clipped to this.", "scheduler"
+    )
+
+    # ----------------------------------------------------------------- priority
+    enable_priority_scheduling: bool = _knob(
+        False, "Order the queue by request priority (needs fcfs or lof).", "priority"
+    )
+    schedule_low_priority_values_first: bool = _knob(
+        False, "Lower priority values are more important.", "priority"
+    )
+    enable_priority_aging: bool = _knob(
+        False,
+        "Apply --schedule-max-wait-s under priority scheduling too (aged requests go ahead "
+        "of every class); off = strict classes, upstream.",
+        "priority",
+    )
+    priority_scheduling_preemption_threshold: int = _knob(
+        10, "Preempt only victims whose priority differs by more than this.", "priority"
+    )
+    enable_priority_preemption: bool = _knob(
+        True,
+        "Preempt lower-priority running requests when the slot limit blocks a higher one.",
+        "priority",
+    )
+    enable_preempt_on_no_token: bool = _knob(
+        False,
+        "prefillkit extension: also preempt when memory (NO_TOKEN) blocks a higher-priority "
+        "request.",
+        "priority",
+    )
+    enable_ignore_eos_admission: bool = _knob(
+        False,
+        "Upstream's add_one_req_ignore_eos test for ignore_eos requests: the whole output "
+        "(not clipped, ratio 1.0) of every running and admitted request must fit the "
+        "current free + evictable tokens as requests finish (upstream takes this path only "
+        "with the radix cache disabled; here it is added to the normal test).",
+        "scheduler",
+    )
+
+    # ----------------------------------------------------------------- hicache
+    enable_hierarchical_cache: bool = _knob(
+        False, "Enable the host (L2) KV cache tier (HiCache).", "hicache"
+    )
+    hicache_ratio: float = _knob(
+        2.0,
+        "Host pool size as a multiple of the device pool (used when --hicache-size is 0).",
+        "hicache",
+    )
+    hicache_size: int = _knob(
+        0, "Host pool size in GB per GPU; 0 = use --hicache-ratio.", "hicache"
+    )
+    hicache_write_policy: str = _knob(
+        "write_through",
+        "Host backup policy: write_through, write_through_selective or write_back.",
+        "hicache",
+    )
+    hicache_write_through_threshold: int = _knob(
+        2, "Hits (requests caching the prefix) before a write_through_selective backup.", "hicache"
+    )
+    hicache_load_back_threshold: int = _knob(
+        10, "Host hits shorter than this many tokens are not loaded back.", "hicache"
+    )
+
+    # ----------------------------------------------------------------- context parallel
+    tp_size: int = _knob(1, "Tensor-parallel degree (GPUs per instance).", "cp")
+    cp_size: int = _knob(1, "Context-parallel degree; must divide --tp-size.", "cp")
+    enable_cp_shared_kv: bool = _knob(
+        False, "CP shared-KV: the KV pool is sharded over cp_size owner lanes.", "cp"
+    )
+    enable_cp_shared_kv_prefill_bs_gt1: bool = _knob(
+        False, "Allow several requests per CP shared-KV prefill batch.", "cp"
+    )
+    cp_shared_kv_prefill_max_requests: int | None = _knob(
+        None, "CP bs>1: most requests per prefill batch; unset = unlimited.", "cp"
+    )
+    cp_shared_kv_prefill_max_total_extend_tokens: int | None = _knob(
+        None,
+        "CP bs>1: most extend tokens per batch (page-aligned); capped by the chunk budget.",
+        "cp",
+    )
+    cp_shared_kv_prefill_max_cached_tokens: int | None = _knob(
+        None, "CP bs>1: most cached (L1 + loaded L2) tokens per batch; unset = unlimited.", "cp"
+    )
+    cp_shared_kv_prefill_max_buffer_size: int | None = _knob(
+        None, "CP bs>1: most estimated temporary-buffer bytes per batch; unset = unlimited.", "cp"
+    )
+    cp_prefill_mix_chunked: bool = _knob(
+        False, "Experimental: admit followers after a tail chunk in a CP bs>1 batch.", "cp"
+    )
+    cp_symm_staging_pages: int | None = _knob(
+        None,
+        "Symmetric staging capacity in pages; must equal extend-cap pages + max requests "
+        "(unset = derived).",
+        "cp",
+    )
+
+    # ----------------------------------------------------------------- affinity
+    enable_affinity: bool = _knob(
+        False, "Warm/cold cache-affinity admission (cold skipped behind a warm lead).", "affinity"
+    )
+    affinity_warm_floor_tokens: int = _knob(
+        64, "A candidate is warm if device prefix + host hit reaches this many tokens.", "affinity"
+    )
+    affinity_skip_window: int = _knob(
+        16, "Most cold skips per admission pass (W) before the scan stops.", "affinity"
+    )
+    affinity_max_head_defers: int = _knob(
+        3, "Passes a cold request may be skipped (K) before the scan stops at it.", "affinity"
+    )
+    affinity_max_age_s: float = _knob(
+        5.0, "Cold requests waiting this long (T, seconds) stop the scan instead.", "affinity"
+    )
+
+    # ----------------------------------------------------------------- deployment / simulator
+    model: str = _knob("glm-5", f"Model preset: {', '.join(MODELS)}.", "deployment")
+    model_path: str | None = _knob(
+        None,
+        "SGLang's --model-path: a Hugging Face id of a preset selects it "
+        "(deepseek-ai/DeepSeek-V3 -> deepseek-v3, ...); a local config.json, or a folder "
+        "holding one, is read; any other id needs --model-config.",
+        "deployment",
+    )
+    model_config: str | None = _knob(
+        None,
+        "A Hugging Face config.json (or a folder holding one) to build the model from "
+        "(layers, heads, KV/latent dims, experts, DSA indexer, dtype); wins over --model "
+        "and --model-path's preset.",
+        "deployment",
+    )
+    gpu: str = _knob("h200", "GPU preset name (validated by the simulator).", "deployment")
+    mode: str = _knob(
+        "pd-prefill", "pd-prefill (prefill instance of a PD pair) or colocated.", "deployment"
+    )
+    ep_size: int = _knob(
+        1,
+        "Expert-parallel degree of the MoE layers: 1 (MoE tensor-parallel over --tp-size) "
+        "or --tp-size (all-to-all dispatch/combine), as SGLang's --ep-size.",
+        "deployment",
+    )
+    enable_two_batch_overlap: bool = _knob(
+        False,
+        "Two-batch overlap: MoE communication hides under compute (SGLang's flag).",
+        "deployment",
+    )
+    nvlink_bandwidth_gbps: float | None = _knob(
+        None,
+        "Scale-up (NVLink) bandwidth per GPU per direction in GB/s; unset = the GPU preset's.",
+        "deployment",
+    )
+    net_bandwidth_gbps: float | None = _knob(
+        None,
+        "Scale-out NIC bandwidth per GPU in GB/s (IB/RoCE); unset = the GPU preset's.",
+        "deployment",
+    )
+    kv_transfer_bandwidth_gbps: float = _knob(
+        50.0, "KV send-out bandwidth per GPU in GB/s (pd-prefill).", "deployment"
+    )
+    h2d_bandwidth_gbps: float = _knob(
+        25.0, "Host-to-device load-back bandwidth per GPU in GB/s.", "deployment"
+    )
+    cost_model: str = _knob(
+        "roofline",
+        "What times a simulated forward: roofline (per-rank roofline, the default) or aic "
+        "(NVIDIA AIConfigurator's measured kernel tables per GPU and engine version, the "
+        "roofline for what they lack; needs the aic extra).",
+        "deployment",
+    )
+    small_gemm: str = _knob(
+        "tiles",
+        "The roofline's small-GEMM assumption: tiles (tile padding and wave quantisation "
+        "from the GPU's SM count), sqrt-h100 (prefillkit 0.2's H100 curve) or ideal (no "
+        "small-GEMM loss).",
+        "deployment",
+    )
+    open_loop: bool = _knob(
+        False,
+        "Send every turn of an agent session at its trace time (open-loop) instead of "
+        "after the previous turn's answer + think time (closed-loop, the default).",
+        "deployment",
+    )
+    session_decode_tokens_per_s: float | None = _knob(
+        None,
+        "Decode speed that times a session turn's answer from its first token; unset = "
+        "the simulated decode (colocated) or this deployment's batch-1 decode step "
+        "(pd-prefill). A stated --agentic-decode-tokens-per-s sets it too.",
+        "deployment",
+    )
+    seed: int = _knob(0, "Random seed.", "deployment")
+    debug_check_invariants: bool = _knob(
+        False, "Check scheduler/cache invariants after every step (slow).", "deployment"
+    )
