@@ -90,16 +90,19 @@ def time_pass(n: int, policy: str, max_wait: float | None, now: float) -> tuple[
     sched = engine.sched
     for r in engine.requests:
         sched.add_request(r)
-    sched.get_new_batch_prefill(0.0)  # one admission pass: the cache holds the prefixes
-    waiting = sched.waiting
+    sched.schedule(0.0)  # one admission pass: the cache holds the prefixes
+    # NOTE: the scheduler's state (queue, cache, kept order); an older tree keeps it on
+    # the scheduler itself.
+    state = getattr(sched, "state", sched)
+    waiting = list(state.waiting)
     gc.collect()
     gc.freeze()  # NOTE: as the engine loop does; else gen-2 collections dominate the figure
     full = []
     for _ in range(5):
         t0 = time.perf_counter()
-        order_waiting(waiting, policy, sched.cache, now=now, max_wait_s=max_wait)
+        order_waiting(waiting, policy, state.cache, now=now, max_wait_s=max_wait)
         full.append(time.perf_counter() - t0)
-    kept_order = getattr(sched, "_lpm", None)
+    kept_order = getattr(state, "lpm", getattr(state, "_lpm", None))
     kept = [0.0]
     if kept_order is not None:
         cutoff = None if max_wait is None else now - max_wait

@@ -4,8 +4,8 @@
    (shared prefixes, random lengths/outputs, staggered arrivals) x random configs (page
    size, chunking on/off, CP 1/2/4 with bs1 or bs>1 and random limits, mixed-chunk mode,
    host tier on/off, tight pools, optional decode). Every pass goes through
-   ``Scheduler.get_new_batch_prefill``, which allocates the batch's pages (it raises if
-   an admitted request's pages cannot be allocated). Per pass: limits hold unless the
+   ``Scheduler.schedule``, which allocates the batch's pages (it raises if an admitted
+   request's pages cannot be allocated). Per pass: limits hold unless the
    batch has one request, invariants hold; at the end every request finished and the
    pool is whole again once the cache is evicted.
 2. ``test_random_adder_rejections_leave_no_trace_and_batches_allocate``: the adder by
@@ -35,7 +35,8 @@ from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.adder import AddReqResult
 from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.config import SchedulerConfig
-from prefillkit.sched.scheduler import PrefillBatch, Scheduler
+from prefillkit.sched.interface import StepOutput
+from prefillkit.sched.scheduler import Scheduler
 
 GLM5 = get_model("glm-5")
 SETTINGS = settings(
@@ -130,11 +131,11 @@ def sched_configs(
     return SchedulerConfig(**kw), total_pages, kt, host_pages, ctx
 
 
-def check_batch(sched: Scheduler, batch: PrefillBatch, chunked_before: Request | None) -> None:
+def check_batch(sched: Scheduler, batch: StepOutput, chunked_before: Request | None) -> None:
     """The limits of one admitted batch (SPEC §2, §4): only a lone request may exceed."""
-    lim = sched.limits
-    p = sched.page_size
-    reqs = batch.reqs
+    lim = sched.state.limits
+    p = sched.state.page_size
+    reqs = [s.req for s in batch.reqs]
     n = len(reqs)
     exts = [ceil_to(r.extend_input_len, p) for r in reqs]
     assert n >= 1 and all(r.extend_input_len > 0 for r in reqs)
@@ -197,7 +198,7 @@ def simulate(
     ]
     # Generous progress bound: every pass computes at least one page of some prompt.
     bound = 50 + sum(
-        -(-r.input_len // sched.page_size) + r.max_new_tokens + s.hold + s.arrival_step
+        -(-r.input_len // cfg.page_size) + r.max_new_tokens + s.hold + s.arrival_step
         for s, r in zip(specs, reqs, strict=True)
     )
     arrivals = sorted(zip(specs, reqs, strict=True), key=lambda t: t[0].arrival_step)
@@ -207,12 +208,12 @@ def simulate(
     while True:
         while arrivals and arrivals[0][0].arrival_step <= step:
             sched.add_request(arrivals.pop(0)[1])
-        chunked_before = sched.chunked_req
-        batch = sched.get_new_batch_prefill(float(step))  # allocates: raises if it cannot
+        chunked_before = sched.state.chunked_req
+        batch = sched.schedule(float(step))  # allocates: raises if it cannot
         sched.check()
-        if batch is not None:
+        if batch.reqs:
             check_batch(sched, batch, chunked_before)
-            for req in sched.prefill_done(batch, float(step)):
+            for req in sched.forward_done(batch, float(step)):
                 if decode and req.max_new_tokens > 1:
                     sched.start_decode(req)
                 else:
@@ -223,10 +224,10 @@ def simulate(
             sched.check()
         for rid, (req, due) in list(holds.items()):
             if due <= step:
-                sched.release(req, float(step))
+                sched.finish(req, float(step))
                 del holds[rid]
         sched.check()
-        if not arrivals and not sched.has_work and not holds and not sched.decoding:
+        if not arrivals and not sched.has_work and not holds and not sched.decode_load()[0]:
             break
         step += 1
         assert step < bound, "admission made no progress (deadlock)"
@@ -234,11 +235,11 @@ def simulate(
         assert req.status in (ReqStatus.FINISHED, ReqStatus.REJECTED), req
         if req.status is ReqStatus.FINISHED:
             assert req.computed_tokens == req.input_len
-    cache = sched.cache
-    assert cache.protected_pages == 0 and sched.pool.owned == [0] * sched.pool.cp_size
+    cache, pool = sched.state.cache, sched.state.pool
+    assert cache.protected_pages == 0 and pool.owned == [0] * pool.cp_size
     cache.evict_tokens(10**12)
     check_invariants(cache, [])
-    assert sched.pool.free == sched.pool.capacity  # no page leaked
+    assert pool.free == pool.capacity  # no page leaked
 
 
 # ======================================================================= 2. adder by hand
@@ -471,12 +472,13 @@ def run_equivalence(case: EquivCase) -> int:
         max_running_requests=10**6,
     )
     sched = Scheduler(cfg, case.pages, page)
-    cache = sched.cache
+    st = sched.state
+    cache = st.cache
     for fam, units in case.warm:
         keys = make_req("w", units * page, page, family=fam, shared=units).keys
         if units <= case.pages:
             warm(cache, keys)
-    sched.new_token_ratio = case.ratio
+    st.new_token_ratio = case.ratio
     pending = []
     for i, (fam, sh, n, mn, arr, hold) in enumerate(case.reqs):
         out = min(case.requeued.get(i, 0), max(mn - 1, 0))
@@ -491,21 +493,21 @@ def run_equivalence(case: EquivCase) -> int:
         while pending and pending[0][0] <= passes:
             sched.add_request(pending.pop(0)[2])
         running = [(mn, out, ie) for mn, out, ie, start in case.running if start <= passes]
-        sched.decoding = []  # reserved for; these hold no KV in this harness
+        st.decoding = []  # reserved for; these hold no KV in this harness
         for i, (mn, out, ie) in enumerate(running):
             fake = make_req(f"dec{i}", 1, page, max_new=mn, ignore_eos=ie)
             fake.output_len = out
-            sched.decoding.append(fake)
+            st.decoding.append(fake)
         if not sched.has_work and not holds and not pending:
             break
         device = {k for k, n in cache.index.items() if n.on_device}
         locked = {k for k, n in cache.index.items() if n.lock_ref > 0}
-        ch = sched.chunked_req
+        ch = st.chunked_req
         expected = ref_pass(
             page,
             case.max_prefill,
             case.chunk,
-            sched.pool.free_pages,
+            st.pool.free_pages,
             device,
             locked,
             running,
@@ -515,23 +517,20 @@ def run_equivalence(case: EquivCase) -> int:
             else RefReq(ch.rid, ch.input_len, ch.keys, ch.max_new_tokens, ch.computed_tokens),
             [
                 RefReq(r.rid, r.input_len, r.keys, r.max_new_tokens, output=r.output_len)
-                for r in sched.waiting
+                for r in st.waiting
             ],
         )
-        batch = sched.get_new_batch_prefill(float(passes))
-        got = (
-            [] if batch is None else [(r.rid, r.prefix_len, r.extend_input_len) for r in batch.reqs]
-        )
+        batch = sched.schedule(float(passes))
+        got = [(r.rid, r.prefix_len, r.extend_len) for r in batch.reqs]
         assert got == expected, (
             f"{case.name} pass {passes}: prefillkit {got} != upstream {expected}"
         )
         sched.check()
-        if batch is not None:
-            for req in sched.prefill_done(batch, float(passes)):
-                holds[req.rid] = (req, passes + hold_of[req.rid])
+        for req in sched.forward_done(batch, float(passes)):
+            holds[req.rid] = (req, passes + hold_of[req.rid])
         for rid, (req, due) in list(holds.items()):
             if due <= passes:
-                sched.release(req, float(passes))
+                sched.finish(req, float(passes))
                 del holds[rid]
         sched.check()
         passes += 1

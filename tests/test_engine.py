@@ -144,4 +144,5 @@ def test_invariants_hold_every_step_of_mooncake_replay(mode: str, n: int) -> Non
     assert res.summary["host_hit_rate"] > 0
     assert res.summary["evicted_pages"] > 0
     engine.sched.check()
-    assert engine.sched.pool.owned == [0] * engine.sched.pool.cp_size
+    pool = engine.sched.state.pool  # type: ignore[attr-defined]
+    assert pool.owned == [0] * pool.cp_size

@@ -32,7 +32,7 @@ from prefillkit.exec.model import Model, ModelConfig  # noqa: E402
 from prefillkit.exec.plan import ReqPlan, StepPlan  # noqa: E402
 from prefillkit.request import Request  # noqa: E402
 from prefillkit.sched.config import SchedulerConfig  # noqa: E402
-from prefillkit.sched.scheduler import Scheduler  # noqa: E402
+from prefillkit.sched.interface import build_scheduler  # noqa: E402
 
 PAGE = 4
 VOCAB = ModelConfig().vocab
@@ -98,7 +98,7 @@ def drive(
         cp_prefill_mix_chunked=cp > 1,
         cp_shared_kv_prefill_max_requests=4 if cp > 1 else None,
     )
-    sched = Scheduler(cfg, total_pages, PAGE, host_pages=host_pages, reserve_decode=False)
+    sched = build_scheduler(cfg, total_pages, PAGE, host_pages=host_pages, reserve_decode=False)
     run = Run()
     work = sessions(seed, 10, 4)
     run.prompts = {rid: p for _, rid, p in work}

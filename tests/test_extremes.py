@@ -61,13 +61,13 @@ def run(config: Config, reqs: list[Request], *, check: bool = True) -> tuple[Eng
 
 def assert_clean(engine: Engine, result: SimResult) -> None:
     """Nothing stuck, nothing leaked; every request finished or was rejected."""
-    sched = engine.sched
-    sched.check()
+    engine.sched.check()
+    st = engine.sched.state  # type: ignore[attr-defined]
     assert result.summary["stuck"] == 0
     assert result.summary["unfinished"] == 0
-    assert sched.pool.owned == [0] * sched.pool.cp_size
-    assert sched.cache.protected_pages == 0
-    assert sched.running == {} and sched.waiting == [] and sched.chunked_req is None
+    assert st.pool.owned == [0] * st.pool.cp_size
+    assert st.cache.protected_pages == 0
+    assert st.running == {} and not st.waiting and st.chunked_req is None
     for req in result.requests:
         if req.status is ReqStatus.REJECTED:
             assert req.reject_reason
@@ -122,7 +122,7 @@ def test_host_cache_smaller_than_one_request() -> None:
         reqs.append(same(f"s{i}", 8192 + 64 * i, kt, t=0.05 * i))
         reqs.append(unique(f"u{i}", 8000, kt, t=0.05 * i + 0.01))
     engine, res = run(c, reqs)
-    host = engine.sched.cache.host
+    host = engine.sched.state.cache.host  # type: ignore[attr-defined]
     assert host is not None
     assert host.capacity_pages == 8  # (1e9 // 1e7 tokens // 64) pages x 8 lanes
     assert host.capacity_pages * 64 < min(r.input_len for r in reqs)
@@ -218,7 +218,7 @@ def test_zero_length_output(mode: str) -> None:
         assert req.finish_time is not None and req.first_token_time is not None
         if mode == "colocated":
             assert req.finish_time == req.first_token_time
-    assert engine.sched.decoding == []
+    assert engine.sched.decode_load() == (0, 0)
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "lpm"])
@@ -294,7 +294,7 @@ def test_prompt_larger_than_the_cp_lanes_is_rejected() -> None:
         unique("ok1", 2000, 64, t=0.2),
     ]
     engine, res = run(c, reqs)
-    assert engine.sched.pool.capacity == [10] * 8
+    assert engine.sched.state.pool.capacity == [10] * 8  # type: ignore[attr-defined]
     rejected = [r for r in res.requests if r.status is ReqStatus.REJECTED]
     assert [r.rid for r in rejected] == ["lanes"]
     assert "8 owner lanes" in (rejected[0].reject_reason or "")

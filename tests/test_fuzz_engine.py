@@ -85,7 +85,9 @@ from prefillkit.records.metrics import request_row
 from prefillkit.records.output import summary_document, write_run
 from prefillkit.request import ReqStatus, Request, block_key_chain
 from prefillkit.sched.buffer import BufferEstimatorContext, BufferReqShape, estimate_buffer_bytes
-from prefillkit.sched.scheduler import PrefillBatch, Scheduler
+from prefillkit.sched.interface import StepOutput
+from prefillkit.sched.state import SchedulerState
+from prefillkit.sched.waiting import never_fits_reason
 from prefillkit.sim.engine import Engine, SimResult
 
 FUZZ_LONG = os.environ.get("PREFILLKIT_FUZZ_LONG", "") not in ("", "0")
@@ -418,7 +420,7 @@ class Shape:
 class PassLog:
     now: float
     skipped: list[str]
-    batch: PrefillBatch | None
+    batch: StepOutput | None  # None: the pass admitted nothing
     extend_tokens: int  # of the batch, when it was launched (requests mutate later)
     shapes: list[Shape] = field(default_factory=list)
     chunked_before: str | None = None  # the scheduler's chunked request entering the pass
@@ -447,19 +449,29 @@ def _ref_hit(ref: set[int], req: Request) -> int:
 INSTRUMENTS = patches(prefillkit.sim.engine)
 
 
+def state_of(engine: Engine) -> SchedulerState:
+    """The state of the engine's scheduler, for inspection (the engine drives the
+    scheduler's interface only). NOTE: duck-typed: tests/slow/test_fuzz_mutations.py runs
+    a mutated copy of the Scheduler class."""
+    state: SchedulerState = engine.sched.state  # type: ignore[attr-defined]
+    return state
+
+
 def _instrument(engine: Engine) -> list[PassLog]:
-    """Record, per admission pass, the requests it skipped (their ``head_defers`` grew),
-    the shapes of the batch it launched, and the reference-cache bound of every fresh
-    admission. The reference cache is a plain set of keys: a launched request's complete
-    key units are added when its forward completes (``prefill_done``), nothing is ever
-    removed, so it holds every prefix the real caches (device and host) can hold."""
+    """Record, per admission pass, the requests it skipped (their ``affinity_skips``
+    grew), the shapes of the batch it launched, and the reference-cache bound of every
+    fresh admission. The reference cache is a plain set of keys: a launched request's
+    complete key units are added when its forward completes (``forward_done``), nothing
+    is ever removed, so it holds every prefix the real caches (device and host) can
+    hold."""
     sched = engine.sched
-    inner: Callable[[float], PrefillBatch | None] = sched.get_new_batch_prefill
-    inner_done = sched.prefill_done
+    state = state_of(engine)
+    inner: Callable[[float], StepOutput] = sched.schedule
+    inner_done = sched.forward_done
     log: list[PassLog] = []
     ref: set[int] = set()
     in_flight: dict[int, list[tuple[Request, int]]] = {}
-    bound = wait_bound(sched)
+    bound = wait_bound(state)
     first_sched: dict[str, float] = {}
     first_tok: dict[str, float] = {}
     engine.first_times = (first_sched, first_tok)  # type: ignore[attr-defined]
@@ -472,10 +484,10 @@ def _instrument(engine: Engine) -> list[PassLog]:
             if t is not None and times.setdefault(req.rid, t) != t:
                 moved.append(f"ttft:{what} of {req.rid} moved {times[req.rid]} -> {t}")
 
-    def wrapped(now: float) -> PrefillBatch | None:
-        waiting = sched.waiting
-        before = {r.rid: r.head_defers for r in waiting}
-        chunked = sched.chunked_req
+    def wrapped(now: float) -> StepOutput:
+        waiting = list(state.waiting)
+        before = {r.rid: r.affinity_skips for r in waiting}
+        chunked = state.chunked_req
         aged: dict[str, float] = {}
         if bound is not None:
             cutoff = now - bound
@@ -483,16 +495,17 @@ def _instrument(engine: Engine) -> list[PassLog]:
                 if r.arrival_time > cutoff:
                     break
                 aged[r.rid] = r.arrival_time
-        promoted = {r.rid for r in sched.affinity_promoted}
+        promoted = {r.rid for r in state.affinity_promoted}
         moved: list[str] = []
         for r in waiting:
             seen_times(r, moved)  # a requeued request keeps its first times
-        batch = inner(now)
+        step = inner(now)
+        batch = step if step.reqs else None
         # A skipped request is still waiting (in arrival order, as engine.requests).
         skipped = [
-            r.rid for r in sched.waiting if r.rid in before and r.head_defers > before[r.rid]
+            r.rid for r in state.waiting if r.rid in before and r.affinity_skips > before[r.rid]
         ]
-        ext = 0 if batch is None else sum(r.extend_input_len for r in batch.reqs)
+        ext = 0 if batch is None else sum(r.extend_len for r in batch.reqs)
         entry = PassLog(now, skipped, batch, ext, chunked_before=chunked and chunked.rid)
         entry.moved = moved
         entry.promoted = promoted
@@ -513,9 +526,10 @@ def _instrument(engine: Engine) -> list[PassLog]:
                         f">= bound {bound} s and was passed over by {younger} at {now}"
                     )
         if batch is not None:
-            for r in batch.reqs:
-                seen_times(r, entry.moved)
-            for r in batch.reqs:
+            for s in batch.reqs:
+                seen_times(s.req, entry.moved)
+            for s in batch.reqs:
+                r = s.req
                 fresh = r.rid in before
                 entry.shapes.append(
                     Shape(
@@ -531,35 +545,35 @@ def _instrument(engine: Engine) -> list[PassLog]:
                 )
                 if fresh:
                     entry.ref_bound[r.rid] = _ref_hit(ref, r)
-            in_flight[id(batch)] = [(r, r.prefix_len + r.extend_input_len) for r in batch.reqs]
-        entry.running_after = len(sched.running)
+            in_flight[id(batch)] = [(s.req, s.extend_end) for s in batch.reqs]
+        entry.running_after = len(state.running)
         log.append(entry)
-        return batch
+        return step
 
-    def done(batch: PrefillBatch, now: float) -> list[Request]:
-        reqs = in_flight.pop(id(batch))
+    def done(step: StepOutput, now: float) -> list[Request]:
+        reqs = in_flight.pop(id(step), [])
         for req, computed in reqs:
             ref.update(req.keys[: min(computed // req.key_tokens, len(req.keys))])
-        out = inner_done(batch, now)
+        out = inner_done(step, now)
         if log:
             for req, _ in reqs:
                 seen_times(req, log[-1].moved)
         return out
 
-    sched.get_new_batch_prefill = wrapped  # type: ignore[method-assign]
-    sched.prefill_done = done  # type: ignore[method-assign]
+    sched.schedule = wrapped  # type: ignore[method-assign]
+    sched.forward_done = done  # type: ignore[method-assign]
     return log
 
 
-def wait_bound(sched: Scheduler) -> float | None:
+def wait_bound(state: SchedulerState) -> float | None:
     """The wait bound B the scheduler states (README Guarantees, ``order_waiting``):
     ``schedule_max_wait_s``, capped by the affinity age bound T with affinity on; None
     (no bound) when off or under strict priority classes (priority without aging)."""
-    cfg = sched.cfg
+    cfg = state.cfg
     if cfg.enable_priority_scheduling and not cfg.enable_priority_aging:
         return None
     b = cfg.schedule_max_wait_s
-    if sched.affinity_on:
+    if state.affinity_on:
         t = cfg.affinity_max_age_s
         b = t if b is None or t < b else b
     return b
@@ -580,7 +594,7 @@ def check_latency(engine: Engine, result: SimResult, log: list[PassLog]) -> None
     """
     for p in log:
         assert not p.passed_over, p.passed_over[0]
-    bound = wait_bound(engine.sched)
+    bound = wait_bound(state_of(engine))
     if bound is None:
         return
     order = {r.rid: i for i, r in enumerate(sorted(result.requests, key=lambda r: r.arrival_time))}
@@ -630,15 +644,15 @@ def check_ttft(engine: Engine, result: SimResult, log: list[PassLog]) -> None:
         assert ttft >= queueing >= 0, f"ttft:ttft {ttft} < queueing {queueing} for {req.rid}"
 
 
-def _step_check(sched: Scheduler) -> None:
+def _step_check(state: SchedulerState) -> None:
     """Request-state invariants, after every engine step (next to ``Scheduler.check``)."""
-    for req in sched.waiting:
+    for req in state.waiting:
         assert req.status is ReqStatus.WAITING, (req.rid, req.status)
         assert req.locked_node is None, req.rid
         assert req.owned_end_page == req.owned_start_page == 0, req.rid
-    waiting_ids = {id(r) for r in sched.waiting}
-    assert len(waiting_ids) == len(sched.waiting), "a request is queued twice"
-    for rid, req in sched.running.items():
+    waiting_ids = {id(r) for r in state.waiting}
+    assert len(waiting_ids) == len(state.waiting), "a request is queued twice"
+    for rid, req in state.running.items():
         assert rid == req.rid
         assert id(req) not in waiting_ids, rid
         assert req.status in (
@@ -647,11 +661,11 @@ def _step_check(sched: Scheduler) -> None:
             ReqStatus.DECODING,
         ), (rid, req.status)
         assert req.locked_node is not None, rid
-    if sched.chunked_req is not None:
-        assert sched.chunked_req.rid in sched.running
-        assert sched.chunked_req.status is ReqStatus.PREFILLING
-    for req in sched.decoding:
-        assert req.rid in sched.running
+    if state.chunked_req is not None:
+        assert state.chunked_req.rid in state.running
+        assert state.chunked_req.status is ReqStatus.PREFILLING
+    for req in state.decoding:
+        assert req.rid in state.running
 
 
 def replay(
@@ -678,11 +692,11 @@ def replay(
         if steps % check_every == 0:
             if check_every > 1:
                 sched.check()
-            _step_check(sched)
+            _step_check(state_of(engine))
         if steps > max_steps:
             raise AssertionError(
                 f"livelock: {steps} engine steps, {finished} of {total} requests done, "
-                f"{sched.stats}"
+                f"{state_of(engine).stats}"
             )
 
     engine.on_progress = step
@@ -691,17 +705,17 @@ def replay(
 
 
 def check_end_state(sc: Scenario, engine: Engine, result: SimResult) -> None:
-    sched = engine.sched
+    state = state_of(engine)
     summary = result.summary
     assert not result.partial
     # Safety: nothing leaked.
-    sched.check()
-    assert sched.running == {}, sorted(sched.running)
-    assert sched.waiting == [] and sched.chunked_req is None and sched.decoding == []
-    assert sched.pool.owned == [0] * sched.pool.cp_size
-    assert sched.cache.protected_pages == 0, "a device lock was never released"
-    if sched.cache.host is not None:
-        stack = [sched.cache.root]
+    engine.sched.check()
+    assert state.running == {}, sorted(state.running)
+    assert not state.waiting and state.chunked_req is None and state.decoding == []
+    assert state.pool.owned == [0] * state.pool.cp_size
+    assert state.cache.protected_pages == 0, "a device lock was never released"
+    if state.cache.host is not None:
+        stack = [state.cache.root]
         while stack:
             node = stack.pop()
             stack.extend(node.children.values())
@@ -709,7 +723,7 @@ def check_end_state(sc: Scenario, engine: Engine, result: SimResult) -> None:
     # Liveness: every request that can ever fit finished; the rest were rejected.
     rejected = 0
     for req in result.requests:
-        reason = sched.never_fits_reason(req)
+        reason = never_fits_reason(state, req)
         if req.status is ReqStatus.REJECTED:
             rejected += 1
             assert req.reject_reason, req.rid
@@ -731,9 +745,9 @@ def check_end_state(sc: Scenario, engine: Engine, result: SimResult) -> None:
         assert req.finish_time is not None and req.finish_time >= req.first_token_time
         assert req.num_chunks >= 1
         assert req.device_hit_tokens + req.host_hit_tokens < req.input_len
-        if not sched.cfg.chunking_enabled and _requeues(req) == 0:
+        if not state.cfg.chunking_enabled and _requeues(req) == 0:
             assert req.num_chunks == 1, (req.rid, req.num_chunks)
-    assert summary["rejected"] == rejected == sched.stats.rejected
+    assert summary["rejected"] == rejected == state.stats.rejected
     # Completed: a first token (a request rejected on a requeue may have had one).
     first_tokens = sum(1 for r in result.requests if r.first_token_time is not None)
     assert summary["completed"] == first_tokens
@@ -758,14 +772,14 @@ def check_batches(engine: Engine, result: SimResult, log: list[PassLog]) -> None
 
 
 def check_affinity(engine: Engine, result: SimResult, log: list[PassLog]) -> None:
-    sched = engine.sched
-    cfg = sched.cfg
+    state = state_of(engine)
+    cfg = state.cfg
     by_rid = {r.rid: r for r in result.requests}
     skip_times: dict[str, list[float]] = {}
     for p in log:
         if not p.skipped:
             continue
-        assert sched.affinity_on, "a request was skipped with affinity off"
+        assert state.affinity_on, "a request was skipped with affinity off"
         # A skip happens only behind a warm-led batch, which this pass launches.
         assert p.batch is not None and p.batch.lead_class == "warm", p
         assert len(p.skipped) <= cfg.affinity_skip_window
@@ -774,7 +788,7 @@ def check_affinity(engine: Engine, result: SimResult, log: list[PassLog]) -> Non
     for rid, times in skip_times.items():
         req = by_rid[rid]
         assert len(times) <= cfg.affinity_max_head_defers, (rid, times)
-        assert len(times) == req.head_defers
+        assert len(times) == req.affinity_skips
         for t in times:
             assert t - req.arrival_time < cfg.affinity_max_age_s, (rid, t, req.arrival_time)
     total_skips = sum(len(p.skipped) for p in log)
@@ -827,7 +841,8 @@ def check_caps(sc: Scenario, engine: Engine, log: list[PassLog]) -> None:
         n = len(shapes)
         exts = [_ceil(s.extend, page) for s in shapes]
         total = sum(exts)
-        where = f"batch {b} at {p.now}: {shapes} closed by {p.batch.closed_by}"
+        closed_by = p.batch.stop_reason.value
+        where = f"batch {b} at {p.now}: {shapes} closed by {closed_by}"
         assert n >= 1, where
         if slots is not None:
             assert p.running_after <= slots, f"cap:max_running_requests {where}"
@@ -835,10 +850,10 @@ def check_caps(sc: Scenario, engine: Engine, log: list[PassLog]) -> None:
             assert n == 1, f"cap:cp_bs1 {where}"
         if chunk is not None:
             assert total <= chunk, f"cap:chunk_budget {total} > {chunk} {where}"
-            if p.batch.closed_by == "chunk_budget":
+            if closed_by == "chunk_budget":
                 # Closed by the chunk budget: no page of it was left.
                 assert total > chunk - page, f"cap:chunk_budget_close {where}"
-            if p.batch.closed_by == "max_prefill_tokens":
+            if closed_by == "max_prefill_tokens":
                 # With chunking on the input budget only closes a batch that reached it.
                 assert total >= input_budget, f"cap:max_prefill_tokens_close {where}"
         if n == 1:
@@ -869,7 +884,7 @@ def check_caps(sc: Scenario, engine: Engine, log: list[PassLog]) -> None:
             assert est <= max_buffer, f"cap:cp_max_buffer_size {est} {where}"
     if max_reqs is not None and bs_gt1:
         for p in log:
-            if p.batch is not None and p.batch.closed_by == "cp_max_requests":
+            if p.batch is not None and p.batch.stop_reason.value == "cp_max_requests":
                 assert len(p.shapes) == max_reqs, f"cap:cp_max_requests_close {p.shapes}"
     if sc.host_pages_per_lane is not None:
         lanes = cfg.cp_size if cfg.enable_cp_shared_kv else 1

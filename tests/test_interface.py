@@ -15,7 +15,12 @@ from prefillkit.cache.pages import pending_table
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched import interface
 from prefillkit.sched.config import SchedulerConfig
-from prefillkit.sched.interface import AdmissionEvent, SchedulerInterface, StepOutput
+from prefillkit.sched.interface import (
+    AdmissionEvent,
+    SchedulerInterface,
+    StepOutput,
+    build_scheduler,
+)
 from prefillkit.sched.scheduler import Scheduler
 
 ENGINE = Path(interface.__file__).parents[1] / "sim" / "engine.py"
@@ -57,6 +62,56 @@ def test_scheduler_implements_the_protocol() -> None:
         assert hasattr(Scheduler, name), name
 
 
+def test_the_interface_is_the_schedulers_only_public_api() -> None:
+    """Its public calls are exactly the Protocol's; ``state`` is there to be inspected."""
+    s = make()
+    public = {n for n in dir(s) if not n.startswith("_")}
+    assert public == protocol_members() | {"state"}
+
+
+def test_the_factory_builds_a_scheduler_from_its_config() -> None:
+    cfg = SchedulerConfig(page_size=4, max_prefill_tokens=64, chunked_prefill_size=None)
+    s = build_scheduler(cfg, 64, 4, reserve_decode=False)
+    assert isinstance(s, Scheduler) and s.state.pool.total_pages == 64
+    assert not s.state.reserve_decode and s.state.cfg is cfg
+
+
+def _sched_imports(path: Path) -> set[str]:
+    """The sched/ modules ``path`` imports, at any depth (function-level and
+    TYPE_CHECKING imports included)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module == "prefillkit.sched":
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith("prefillkit.sched."):
+                out.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("prefillkit.sched."):
+                    out.add(a.name.split(".")[2])
+    return out
+
+
+def test_the_scheduler_modules_import_no_circle() -> None:
+    """No module of sched/ imports a module that imports it back, however indirectly."""
+    deps = {p.stem: _sched_imports(p) for p in Path(interface.__file__).parent.glob("*.py")}
+    assert "scheduler" in deps["interface"] and "step" in deps["scheduler"]
+
+    def reachable(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(deps[start])
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo.extend(deps.get(m, ()))
+        return seen
+
+    circles = sorted(m for m in deps if m in reachable(m))
+    assert circles == [], circles
+
+
 def make(cfg: SchedulerConfig | None = None, pages: int = 64, host: int = 0) -> Scheduler:
     cfg = cfg or SchedulerConfig(page_size=4, max_prefill_tokens=64, chunked_prefill_size=None)
     return Scheduler(cfg, pages, 4, host_pages=host)
@@ -96,7 +151,7 @@ def test_step_is_immutable_and_names_pages() -> None:
     s.forward_done(step2, 3.0)
     s.finish(b, 3.0)
     s.check()
-    assert s.pool.owned == [0]
+    assert s.state.pool.owned == [0]
 
 
 def test_empty_step_says_why() -> None:
@@ -195,7 +250,7 @@ def test_abort_frees_everything_wherever_the_request_is() -> None:
     assert a.status is ReqStatus.ABORTED and b.status is ReqStatus.ABORTED
     assert not s.has_work and s.num_pending() == 0
     s.check()
-    assert s.pool.owned == [0] and step.reqs[0].rid == "a"
+    assert s.state.pool.owned == [0] and step.reqs[0].rid == "a"
 
 
 def test_multi_lane_steps_name_pages_on_their_owner_lanes() -> None:

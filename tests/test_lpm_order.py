@@ -62,18 +62,17 @@ def _workload(seed: int, n: int, page: int) -> list[Request]:
 
 def _checked(sched: Scheduler, calls: list[int]) -> None:
     """Make every kept-order call compare itself with a full order_waiting."""
-    lpm = sched._lpm
+    st = sched.state
+    lpm = st.lpm
     assert lpm is not None
     real = lpm.order
 
     def order(cutoff: float | None) -> Iterator[Request]:
         got = list(real(cutoff))
-        queue = list(sched._waiting)
+        queue = list(st.waiting)
         # order_waiting's cutoff is now - max_wait: pass the same cutoff back through it
         max_wait = None if cutoff is None else 0.0
-        want, used = order_waiting(
-            queue, "lpm", sched.cache, now=cutoff or 0.0, max_wait_s=max_wait
-        )
+        want, used = order_waiting(queue, "lpm", st.cache, now=cutoff or 0.0, max_wait_s=max_wait)
         assert used == "lpm"
         assert [r.rid for r in got] == [r.rid for r in want]
         calls[0] += 1
@@ -143,7 +142,7 @@ def test_quiet_pass_rescoring_nobody() -> None:
     engine = Engine(cfg.sim_settings(), [], cost=LinearCostModel())
     sched = engine.sched
     assert isinstance(sched, Scheduler)
-    lpm = sched._lpm
+    lpm = sched.state.lpm
     assert isinstance(lpm, LpmOrder)
     reqs = _workload(3, 2000, 16)
     for r in reqs:
@@ -162,7 +161,7 @@ def test_quiet_pass_rescoring_nobody() -> None:
     # Cache one cold prompt's first page: only requests wanting that key are rescored.
     firsts = [r.keys[:1] for r in reqs]
     cold = next(r for r in reqs if r.keys and firsts.count(r.keys[:1]) == 1)
-    cache = sched.cache
+    cache = sched.state.cache
     assert cache.pool.alloc_owned([1])
     cache.unlock(cache.insert(cache.root, cold.keys, 0, 1))
     before = cold.match_hint

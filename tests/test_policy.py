@@ -6,6 +6,8 @@ requests from token ids, and checks the exact order each policy returns.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from prefillkit.app.settings import Config
@@ -17,6 +19,7 @@ from prefillkit.request import (
     in_batch_head_from_tokens,
 )
 from prefillkit.sched.config import SchedulerConfig
+from prefillkit.sched.interface import StepOutput
 from prefillkit.sched.policy import (
     order_dfs_weight,
     order_fcfs,
@@ -71,6 +74,12 @@ def mk(
 
 def rids(reqs: list[Request]) -> list[str]:
     return [r.rid for r in reqs]
+
+
+def policy_used(step: StepOutput) -> str:
+    """The ordering policy the step's pass used (the scheduler's record of its batch)."""
+    assert step.handle is not None
+    return step.handle.policy_used
 
 
 def snapshot(cache: PrefixCache) -> tuple[object, ...]:
@@ -314,15 +323,13 @@ def test_lpm_fallback_through_the_scheduler_upstream_128() -> None:
         s = Scheduler(cfg.scheduler_config(), 4096, PAGE)
         for i in range(n):
             assert s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i), out=4)) is None
-        batch = s.get_new_batch_prefill(1000.0)
-        assert batch is not None and batch.policy_used == expect
+        assert policy_used(s.schedule(1000.0)) == expect
         s.check()
     cfg = Config(page_size=PAGE, schedule_policy="lpm")  # the default: never
     s = Scheduler(cfg.scheduler_config(), 4096, PAGE)
     for i in range(300):
         s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i), out=4))
-    batch = s.get_new_batch_prefill(1000.0)
-    assert batch is not None and batch.policy_used == "lpm"
+    assert policy_used(s.schedule(1000.0)) == "lpm"
 
 
 def test_unknown_policy_raises() -> None:
@@ -446,14 +453,15 @@ def test_policies_do_not_mutate_queue_or_cache() -> None:
 # ---------------------------------------------------------------- random
 def test_random_policy_is_a_seeded_deterministic_shuffle() -> None:
     """Upstream ``random`` shuffles the queue; prefillkit's is a function of the seed:
-    one generator per scheduler (cache), so a run's passes repeat exactly."""
+    one generator per scheduler, so a run's passes repeat exactly."""
     q = [mk(f"r{i}", seq(i + 1, 8), float(i)) for i in range(30)]
 
     def passes(seed: int, n: int = 3) -> list[list[str]]:
         cache = make_cache()
+        rng = random.Random(seed)
         out = []
         for _ in range(n):
-            order, used = order_waiting(q, "random", cache, seed=seed)
+            order, used = order_waiting(q, "random", cache, rng=rng)
             assert used == "random"
             out.append(rids(order))
         return out
@@ -468,13 +476,25 @@ def test_random_policy_is_a_seeded_deterministic_shuffle() -> None:
 
 
 def test_random_policy_runs_through_the_scheduler() -> None:
-    cfg = SchedulerConfig(page_size=PAGE, schedule_policy="random", chunked_prefill_size=None)
-    s = Scheduler(cfg, 4096, PAGE)
-    for i in range(20):
-        assert s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i), out=4)) is None
-    batch = s.get_new_batch_prefill(1.0)
-    assert batch is not None and batch.policy_used == "random"
-    s.check()
+    """The scheduler's passes draw from its own generator, seeded with its ``seed``."""
+
+    def admitted(seed: int) -> list[str]:
+        cfg = SchedulerConfig(
+            page_size=PAGE,
+            schedule_policy="random",
+            chunked_prefill_size=None,
+            max_running_requests=5,
+            seed=seed,
+        )
+        s = Scheduler(cfg, 4096, PAGE)
+        for i in range(20):
+            assert s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i), out=4)) is None
+        step = s.schedule(1.0)
+        assert policy_used(step) == "random"
+        s.check()
+        return rids([r.req for r in step.reqs])
+
+    assert admitted(3) == admitted(3) != admitted(4)
 
 
 def test_loaded_requests_carry_their_in_batch_head() -> None:

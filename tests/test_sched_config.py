@@ -12,7 +12,7 @@ from prefillkit.cost.deployment import SimSettings
 from prefillkit.models import get_model
 from prefillkit.request import Request
 from prefillkit.sched.config import SCHEDULER_FIELDS, ConfigError, SchedulerConfig
-from prefillkit.sched.scheduler import Scheduler
+from prefillkit.sched.interface import build_scheduler
 
 
 def test_an_engine_builds_it_from_its_own_values() -> None:
@@ -32,12 +32,12 @@ def test_an_engine_builds_it_from_its_own_values() -> None:
         enable_hierarchical_cache=server_args.enable_hierarchical_cache,
     )
     assert cfg.chunked_prefill_size is None and not cfg.chunking_enabled
-    sched = Scheduler(cfg, total_pages=4096 // cfg.page_size, key_tokens=cfg.page_size)
+    sched = build_scheduler(cfg, 4096 // cfg.page_size, key_tokens=cfg.page_size)
     req = Request("a", 0.0, 64, 4, [1, 2, 3, 4], 16)
     assert sched.add_request(req) is None
-    batch = sched.get_new_batch_prefill(0.0)
-    assert batch is not None and batch.reqs == [req]
-    assert isinstance(sched.page_size, int)
+    step = sched.schedule(0.0)
+    assert [s.req for s in step.reqs] == [req]
+    assert isinstance(cfg.page_size, int)
 
 
 def test_defaults_are_the_app_defaults() -> None:

@@ -1,16 +1,18 @@
-"""The scheduler driven by hand: affinity in the scan, starvation bounds, priority
-preemption, decode and retraction, and the KV lifecycle of requests.
+"""The scheduler driven by hand through its interface: affinity in the scan, starvation
+bounds, priority preemption, decode and retraction, and the KV lifecycle of requests.
 
 Every loop here checks ``Scheduler.check()`` (cache, pool and per-request owned pages)
-after every step.
+after every step. Assertions read the scheduler's state (``Scheduler.state``); only the
+interface drives it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 import pytest
 
@@ -18,8 +20,11 @@ from prefillkit.cache import PrefixCache, check_invariants
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.adder import CloseReason
 from prefillkit.sched.config import SchedulerConfig
+from prefillkit.sched.interface import ScheduledReq, StepOutput
+from prefillkit.sched.launch import step_output
 from prefillkit.sched.preempt import outranks, pick_victims
-from prefillkit.sched.scheduler import PrefillBatch, Scheduler
+from prefillkit.sched.prefill_pass import full_pass
+from prefillkit.sched.scheduler import Scheduler
 
 PAGE = 4
 
@@ -54,8 +59,18 @@ def mk(rid: str, tokens: list[int], t: float = 0.0, *, out: int = 8, prio: int =
     )
 
 
-def rids(reqs: list[Request]) -> list[str]:
+def rids(reqs: Iterable[Request | ScheduledReq]) -> list[str]:
     return [r.rid for r in reqs]
+
+
+def reqs_of(step: StepOutput) -> list[Request]:
+    """The requests a step scheduled."""
+    return [r.req for r in step.reqs]
+
+
+def decoding(s: Scheduler) -> int:
+    """Requests decoding (through the interface)."""
+    return s.decode_load()[0]
 
 
 def warm_cache(cache: PrefixCache, tokens: list[int]) -> None:
@@ -72,7 +87,7 @@ def warm_cache(cache: PrefixCache, tokens: list[int]) -> None:
 
 def state(s: Scheduler) -> tuple[object, ...]:
     """Everything an admission could touch: pool, cache, locks, LRU order, host tier."""
-    cache = s.cache
+    cache = s.state.cache
     locks: list[tuple[int, int, int]] = []
     stack = [cache.root]
     while stack:
@@ -81,9 +96,9 @@ def state(s: Scheduler) -> tuple[object, ...]:
         stack.extend(n.children.values())
     host = cache.host
     return (
-        list(s.pool.free),
-        list(s.pool.cached),
-        list(s.pool.owned),
+        list(s.state.pool.free),
+        list(s.state.pool.cached),
+        list(s.state.pool.owned),
         cache.evictable_pages,
         cache.protected_pages,
         [(n.start, n.end) for n in cache.lru],
@@ -113,7 +128,7 @@ Feed = Callable[[int, float], list[Request]]
 
 @dataclass
 class Run:
-    batches: list[PrefillBatch] = field(default_factory=list)
+    batches: list[StepOutput] = field(default_factory=list)
     finished: list[Request] = field(default_factory=list)
     retracted: list[Request] = field(default_factory=list)
     admitted_at: dict[str, int] = field(default_factory=dict)  # rid -> first pass admitted
@@ -131,12 +146,12 @@ def drive(
     feed_steps: int = 0,
     max_steps: int = 5000,
 ) -> Run:
-    """The engine loop by hand: arrivals -> get_new_batch_prefill -> prefill_done ->
-    start_decode (or release) -> decode_step, until nothing is waiting or decoding.
+    """The engine loop by hand: arrivals -> schedule -> forward_done -> start_decode (or
+    finish) -> decode_step, until nothing is waiting or decoding.
 
     ``feed(step, now)`` returns the arrivals of a step for the first ``feed_steps``
     steps. ``Scheduler.check()`` runs after every step, and per pass the first pass a
-    request was skipped (its head-defer count rose) and admitted are recorded.
+    request was skipped (its affinity skip count rose) and admitted are recorded.
     """
     run = Run()
     seen: dict[str, Request] = {}
@@ -146,52 +161,53 @@ def drive(
                 assert s.add_request(r) is None
                 seen[r.rid] = r
                 s.check()
-        elif not (s.has_work or s.decoding):
+        elif not (s.has_work or decoding(s)):
             run.steps, run.now = step, now
             return run
-        for r in s.waiting:
+        for r in s.state.waiting:
             seen.setdefault(r.rid, r)
-        defers = {rid: r.head_defers for rid, r in seen.items()}
-        batch = s.get_new_batch_prefill(now)
+        defers = {rid: r.affinity_skips for rid, r in seen.items()}
+        batch = s.schedule(now)
         s.check()
         for rid, r in seen.items():
-            if r.head_defers > defers[rid]:
+            if r.affinity_skips > defers[rid]:
                 run.first_skip_at.setdefault(rid, step)
-        if batch is not None:
+        if batch.reqs:
             run.batches.append(batch)
             for r in batch.reqs:
                 run.admitted_at.setdefault(r.rid, step)
-            for r in s.prefill_done(batch, now):
+            for r in s.forward_done(batch, now):
                 if r.output_len >= r.max_new_tokens:
-                    s.release(r, now)
+                    s.finish(r, now)
                     run.finished.append(r)
                 else:
                     s.start_decode(r)
                 s.check()
             s.check()
-        if s.decoding:
+        if decoding(s):
             fin, ret = s.decode_step(now)
             s.check()
             assert not {id(r) for r in fin} & {id(r) for r in ret}
             assert all(r.status is ReqStatus.FINISHED for r in fin)
             run.finished.extend(fin)
             run.retracted.extend(ret)
-        assert all(r.status is ReqStatus.WAITING for r in s.waiting)
-        assert [r.arrival_time for r in s.waiting] == sorted(r.arrival_time for r in s.waiting)
+        assert all(r.status is ReqStatus.WAITING for r in s.state.waiting)
+        arrivals = [r.arrival_time for r in s.state.waiting]
+        assert arrivals == sorted(arrivals)
         now += dt
     raise AssertionError(f"did not finish in {max_steps} steps")
 
 
 def assert_all_released(s: Scheduler) -> None:
     """Nothing holds KV: after evicting the cache every page is free."""
-    assert not s.running and not s.decoding and s.chunked_req is None
-    assert s.cache.protected_pages == 0
-    assert s.pool.owned == [0] * s.pool.cp_size
-    s.cache.evict_tokens(10**9)
+    assert not s.state.running and not s.state.decoding and s.state.chunked_req is None
+    assert s.state.cache.protected_pages == 0
+    assert s.state.pool.owned == [0] * s.state.pool.cp_size
+    s.state.cache.evict_tokens(10**9)
     s.check()
-    assert s.pool.free_pages == s.pool.total_pages
-    assert s.pool.free == s.pool.capacity
-    assert s.cache.evictable_pages == 0
+    assert s.state.pool.free_pages == s.state.pool.total_pages
+    assert s.state.pool.free == s.state.pool.capacity
+    assert s.state.cache.evictable_pages == 0
 
 
 W = seq(1, 64)  # the warm prefix: 64 tokens = 16 pages, exactly the default floor
@@ -211,11 +227,11 @@ def cold(rid: str, t: float, tag: int, *, n: int = 40, out: int = 8) -> Request:
 def test_classification_uses_device_plus_host_match_against_the_floor() -> None:
     s = make_sched(256, host_pages=512, enable_affinity=True, enable_hierarchical_cache=True)
     h = seq(2, 64)
-    warm_cache(s.cache, h)  # written through to host
-    s.cache.evict_tokens(10**6)  # host only now
-    warm_cache(s.cache, h[:32])  # first 8 pages back on device
-    warm_cache(s.cache, W)
-    m = s.cache.match(mk("x", [*h, 1]).keys, 16)
+    warm_cache(s.state.cache, h)  # written through to host
+    s.state.cache.evict_tokens(10**6)  # host only now
+    warm_cache(s.state.cache, h[:32])  # first 8 pages back on device
+    warm_cache(s.state.cache, W)
+    m = s.state.cache.match(mk("x", [*h, 1]).keys, 16)
     assert (m.device_units, m.host_units) == (8, 8)
     q = [
         mk("lead", W + seq(3, 8), 0.0),  # device 64: warm lead
@@ -227,34 +243,34 @@ def test_classification_uses_device_plus_host_match_against_the_floor() -> None:
     ]
     for r in q:
         assert s.add_request(r) is None
-    batch = s.get_new_batch_prefill(6.0)  # every age below T = 5 s
+    batch = s.schedule(6.0)  # every age below T = 5 s
     s.check()
-    assert batch is not None
+    assert batch.reqs
     assert rids(batch.reqs) == ["lead", "split", "floor"]
     assert batch.lead_class == "warm" and batch.skips == 3
-    assert rids(s.waiting) == ["dev60", "host32", "none"]
-    split = batch.reqs[1]
+    assert rids(s.state.waiting) == ["dev60", "host32", "none"]
+    split = batch.reqs[1].req
     assert (split.device_hit_tokens, split.host_hit_tokens) == (32, 32)  # loaded back
 
 
 def test_classification_is_redone_from_each_pass_match() -> None:
     """A cold request skipped in one pass is warm the next once its prefix is cached."""
     s = make_sched(enable_affinity=True)
-    warm_cache(s.cache, W)
+    warm_cache(s.state.cache, W)
     p = seq(9, 80)
     s.add_request(mk("w1", W + seq(3, 8), 0.0))
     s.add_request(mk("c", p + seq(4, 8), 1.0))  # cold now
     s.add_request(mk("w2", W + seq(5, 8), 2.0))
-    b1 = s.get_new_batch_prefill(3.0)
-    assert b1 is not None and rids(b1.reqs) == ["w1", "w2"] and b1.skips == 1
-    s.prefill_done(b1, 3.0)
-    warm_cache(s.cache, p)  # someone else computed c's prefix meanwhile
+    b1 = s.schedule(3.0)
+    assert b1.reqs and rids(b1.reqs) == ["w1", "w2"] and b1.skips == 1
+    s.forward_done(b1, 3.0)
+    warm_cache(s.state.cache, p)  # someone else computed c's prefix meanwhile
     s.add_request(mk("w3", W + seq(6, 8), 4.0))
-    b2 = s.get_new_batch_prefill(5.0)
+    b2 = s.schedule(5.0)
     s.check()
-    assert b2 is not None and rids(b2.reqs) == ["c", "w3"]
+    assert b2.reqs and rids(b2.reqs) == ["c", "w3"]
     assert b2.lead_class == "warm"  # c is warm now: 80 cached tokens
-    assert b2.reqs[0].device_hit_tokens == 80
+    assert b2.reqs[0].req.device_hit_tokens == 80
 
 
 # ---------------------------------------------------------------- affinity: a skip touches nothing
@@ -267,10 +283,10 @@ def _twin(with_colds: bool) -> tuple[Scheduler, list[Request]]:
         max_prefill_tokens=10_000,
     )
     h = seq(2, 64)
-    warm_cache(s.cache, h)
-    s.cache.evict_tokens(10**6)  # a host-only warm prefix (load-back)
-    warm_cache(s.cache, W)
-    warm_cache(s.cache, seq(3, 40))  # a 40-token device prefix: cold under the floor
+    warm_cache(s.state.cache, h)
+    s.state.cache.evict_tokens(10**6)  # a host-only warm prefix (load-back)
+    warm_cache(s.state.cache, W)
+    warm_cache(s.state.cache, seq(3, 40))  # a 40-token device prefix: cold under the floor
     reqs = [
         mk("w1", W + seq(10, 8), 0.0),
         mk("c1", seq(3, 40) + seq(11, 8), 1.0),  # cold, has a 40-token device match
@@ -292,11 +308,11 @@ def test_a_skip_touches_no_lock_allocation_or_budget() -> None:
     assert state(a) == state(b)
     skipped = [r for r in a_reqs if r.rid in ("c1", "c2", "w3")]
     before = [req_state(r) for r in skipped]
-    ba = a.get_new_batch_prefill(5.5)  # every age below T = 5 s
-    bb = b.get_new_batch_prefill(5.5)
+    ba = a.schedule(5.5)  # every age below T = 5 s
+    bb = b.schedule(5.5)
     a.check()
     b.check()
-    assert ba is not None and bb is not None
+    assert ba.reqs and bb.reqs
     assert rids(ba.reqs) == rids(bb.reqs) == ["w1", "w2", "w4"]
     assert (ba.skips, bb.skips) == (3, 0)
     # The same budgets, allocations, locks, LRU order and host tier with or without
@@ -308,89 +324,91 @@ def test_a_skip_touches_no_lock_allocation_or_budget() -> None:
         "load_back_tokens",
         "buffer_bytes",
         "lead_class",
-        "closed_by",
+        "stop_reason",
     )
     assert [getattr(ba, k) for k in shape] == [getattr(bb, k) for k in shape]
     assert [req_state(r) for r in skipped] == before
-    assert rids(a.waiting) == ["c1", "c2", "w3"]  # queue order kept
-    assert [r.head_defers for r in skipped] == [1, 1, 1]
-    assert a.running.keys() == b.running.keys()
+    assert rids(a.state.waiting) == ["c1", "c2", "w3"]  # queue order kept
+    assert [r.affinity_skips for r in skipped] == [1, 1, 1]
+    assert a.state.running.keys() == b.state.running.keys()
 
 
 # ---------------------------------------------------------------- affinity: batch lead
 def test_lead_is_fixed_by_the_first_admitted_request() -> None:
     s = make_sched(enable_affinity=True)
-    warm_cache(s.cache, W)
+    warm_cache(s.state.cache, W)
     for r in (cold("c1", 0.0, 1), warm("w1", 1.0, 1), cold("c2", 2.0, 2), warm("w2", 3.0, 2)):
         s.add_request(r)
-    b = s.get_new_batch_prefill(4.0)
+    b = s.schedule(4.0)
     s.check()
-    assert b is not None and b.lead_class == "cold"
+    assert b.reqs and b.lead_class == "cold"
     assert rids(b.reqs) == ["c1", "w1", "c2", "w2"] and b.skips == 0  # nothing skipped
-    s.prefill_done(b, 4.0)
+    s.forward_done(b, 4.0)
 
     s2 = make_sched(enable_affinity=True)
-    warm_cache(s2.cache, W)
+    warm_cache(s2.state.cache, W)
     for r in (warm("w1", 0.0, 1), cold("c1", 1.0, 1), warm("w2", 2.0, 2), cold("c2", 3.0, 2)):
         s2.add_request(r)
-    b2 = s2.get_new_batch_prefill(4.0)
+    b2 = s2.schedule(4.0)
     s2.check()
-    assert b2 is not None and b2.lead_class == "warm"
-    assert rids(b2.reqs) == ["w1", "w2"] and (b2.skips, b2.defers, b2.stops) == (2, 2, 0)
-    assert (s2.stats.affinity_skips, s2.stats.affinity_defers) == (2, 2)
+    assert b2.reqs and b2.lead_class == "warm"
+    assert rids(b2.reqs) == ["w1", "w2"] and (b2.skips, b2.stops) == (2, 0)
+    # Request-passes deferred: the skips (a request is skipped at most once a pass).
+    counters = s2.counters()
+    assert (counters["affinity_skips"], counters["affinity_defers"]) == (2, 2)
 
 
 def test_chunked_continuation_leads_as_warm() -> None:
     s = make_sched(enable_affinity=True, chunked_prefill_size=64)
-    warm_cache(s.cache, W)
+    warm_cache(s.state.cache, W)
     long = cold("long", 0.0, 1, n=100)
     s.add_request(long)
-    b1 = s.get_new_batch_prefill(0.0)
-    assert b1 is not None and rids(b1.reqs) == ["long"] and b1.lead_class == "cold"
-    assert s.chunked_req is long and long.extend_input_len == 64
-    s.prefill_done(b1, 0.0)
+    b1 = s.schedule(0.0)
+    assert b1.reqs and rids(b1.reqs) == ["long"] and b1.lead_class == "cold"
+    assert s.state.chunked_req is long and long.extend_input_len == 64
+    s.forward_done(b1, 0.0)
     s.check()
     s.add_request(cold("c", 1.0, 2, n=8))
     s.add_request(warm("w", 2.0, 1))  # extend 8 tokens
-    b2 = s.get_new_batch_prefill(3.0)
+    b2 = s.schedule(3.0)
     s.check()
-    assert b2 is not None and b2.has_chunked
+    assert b2.reqs and b2.has_chunked
     assert rids(b2.reqs) == ["long", "w"]  # the 36-token tail leads; the cold is skipped
     assert b2.lead_class == "warm" and b2.skips == 1
-    assert rids(s.waiting) == ["c"]
-    s.prefill_done(b2, 3.0)
-    assert s.chunked_req is None
-    b3 = s.get_new_batch_prefill(4.0)
-    assert b3 is not None and rids(b3.reqs) == ["c"] and b3.lead_class == "cold"
+    assert rids(s.state.waiting) == ["c"]
+    s.forward_done(b2, 3.0)
+    assert s.state.chunked_req is None
+    b3 = s.schedule(4.0)
+    assert b3.reqs and rids(b3.reqs) == ["c"] and b3.lead_class == "cold"
     s.check()
 
 
 def test_affinity_disabled_wholesale_under_priority_scheduling() -> None:
     s = make_sched(enable_affinity=True, enable_priority_scheduling=True)
-    assert not s.affinity_on
-    warm_cache(s.cache, W)
+    assert not s.state.affinity_on
+    warm_cache(s.state.cache, W)
     for r in (warm("w1", 0.0, 1), cold("c1", 1.0, 1), warm("w2", 2.0, 2)):
         s.add_request(r)
-    b = s.get_new_batch_prefill(3.0)
+    b = s.schedule(3.0)
     s.check()
-    assert b is not None and rids(b.reqs) == ["w1", "c1", "w2"]
+    assert b.reqs and rids(b.reqs) == ["w1", "c1", "w2"]
     assert (b.skips, b.stops) == (0, 0)
-    assert (s.stats.affinity_skips, s.stats.affinity_stops) == (0, 0)
+    assert (s.state.stats.affinity_skips, s.state.stats.affinity_stops) == (0, 0)
 
 
 def test_affinity_off_by_default_admits_cold_behind_warm() -> None:
     s = make_sched()
-    warm_cache(s.cache, W)
+    warm_cache(s.state.cache, W)
     for r in (warm("w1", 0.0, 1), cold("c1", 1.0, 1)):
         s.add_request(r)
-    b = s.get_new_batch_prefill(2.0)
-    assert b is not None and rids(b.reqs) == ["w1", "c1"] and b.skips == 0
+    b = s.schedule(2.0)
+    assert b.reqs and rids(b.reqs) == ["w1", "c1"] and b.skips == 0
 
 
 # ---------------------------------------------------------------- affinity: bounds and counts
 def test_skip_window_stops_the_scan_and_the_stopper_leads_next_pass() -> None:
     s = make_sched(enable_affinity=True, affinity_skip_window=2)
-    warm_cache(s.cache, W)
+    warm_cache(s.state.cache, W)
     for r in (
         warm("w1", 0.0, 1),
         cold("c1", 1.0, 1),
@@ -399,48 +417,51 @@ def test_skip_window_stops_the_scan_and_the_stopper_leads_next_pass() -> None:
         warm("w2", 4.0, 2),
     ):
         s.add_request(r)
-    b = s.get_new_batch_prefill(5.0)
+    b = s.schedule(5.0)
     s.check()
-    assert b is not None and rids(b.reqs) == ["w1"]
-    assert (b.skips, b.stops, b.closed_by) == (2, 1, "affinity_stop")
-    assert (s.stats.affinity_skips, s.stats.affinity_stops) == (2, 1)
-    assert (b.stop_bound, s.stats.affinity_stops_w, s.stats.affinity_stops_k) == ("W", 1, 0)
-    assert (s.stats.affinity_skip_passes, s.stats.affinity_max_skips_in_pass) == (1, 2)
-    assert rids(s.affinity_promoted) == ["c3"]
-    assert rids(s.waiting) == ["c1", "c2", "c3", "w2"]
-    s.prefill_done(b, 5.0)
-    b2 = s.get_new_batch_prefill(6.0)
+    assert b.reqs and rids(b.reqs) == ["w1"]
+    assert (b.skips, b.stops, b.stop_reason.value) == (2, 1, "affinity_stop")
+    st = s.state.stats
+    assert (st.affinity_skips, st.affinity_stops) == (2, 1)
+    assert (b.stop_bound, st.affinity_stops_w, st.affinity_stops_k) == ("W", 1, 0)
+    assert (st.affinity_skip_passes, st.affinity_max_skips_in_pass) == (1, 2)
+    assert rids(s.state.affinity_promoted) == ["c3"]
+    assert rids(s.state.waiting) == ["c1", "c2", "c3", "w2"]
+    s.forward_done(b, 5.0)
+    b2 = s.schedule(6.0)
     s.check()
-    assert b2 is not None and b2.lead_class == "cold"
+    assert b2.reqs and b2.lead_class == "cold"
     assert rids(b2.reqs) == ["c3", "c1", "c2", "w2"]  # c3 leads, the rest joins
     assert (b2.skips, b2.stops) == (0, 0)
-    assert s.stats.passes == 2
+    assert s.state.stats.passes == 2
 
 
 def test_head_defer_bound_k() -> None:
     k = 3
     s = make_sched(enable_affinity=True, affinity_max_head_defers=k, affinity_max_age_s=1e6)
-    warm_cache(s.cache, W)
+    warm_cache(s.state.cache, W)
     c = cold("c", 0.0, 1)
     s.add_request(c)
     s.add_request(warm("w0", -1.0, 100))  # warm ahead of c
     skips = 0
     for p in range(k):
-        b = s.get_new_batch_prefill(float(p))
+        b = s.schedule(float(p))
         s.check()
-        assert b is not None and b.skips == 1 and b.stops == 0 and b.lead_class == "warm"
+        assert b.reqs and b.skips == 1 and b.stops == 0 and b.lead_class == "warm"
         skips += 1
-        assert c.head_defers == skips
-        s.prefill_done(b, float(p))
+        assert c.affinity_skips == skips
+        s.forward_done(b, float(p))
         s.add_request(warm(f"w{p + 1}", -0.5 + p * 0.01, 200 + p))  # keep a warm ahead
-    b = s.get_new_batch_prefill(float(k))
-    assert b is not None and b.stops == 1 and b.skips == 0 and c.status is ReqStatus.WAITING
-    s.prefill_done(b, float(k))
-    b = s.get_new_batch_prefill(float(k + 1))
-    assert b is not None and b.reqs[0] is c and b.lead_class == "cold"
-    assert (s.stats.affinity_skips, s.stats.affinity_defers, s.stats.affinity_stops) == (k, k, 1)
+    b = s.schedule(float(k))
+    assert b.reqs and b.stops == 1 and b.skips == 0 and c.status is ReqStatus.WAITING
+    s.forward_done(b, float(k))
+    b = s.schedule(float(k + 1))
+    assert b.reqs and b.reqs[0].req is c and b.lead_class == "cold"
+    counters = s.counters()
+    assert (counters["affinity_skips"], counters["affinity_defers"]) == (k, k)
+    assert s.state.stats.affinity_stops == 1
     # One request deferred in k passes (K), stopped once by K.
-    st = s.stats
+    st = s.state.stats
     assert (st.affinity_deferred_requests, st.affinity_max_deferred_passes) == (1, k)
     assert (st.affinity_skip_passes, st.affinity_max_skips_in_pass) == (k, 1)
     assert (st.affinity_stops_w, st.affinity_stops_k, st.affinity_stops_t) == (0, 1, 0)
@@ -449,18 +470,19 @@ def test_head_defer_bound_k() -> None:
 
 def test_age_bound_t() -> None:
     s = make_sched(enable_affinity=True, affinity_max_age_s=5.0)
-    warm_cache(s.cache, W)
+    warm_cache(s.state.cache, W)
     s.add_request(warm("w1", 0.0, 1))
     s.add_request(cold("c", 1.0, 1))
     s.add_request(warm("w2", 2.0, 2))
-    b = s.get_new_batch_prefill(5.9)  # age 4.9 < 5: skipped
-    assert b is not None and (b.skips, b.stops) == (1, 0)
-    s.prefill_done(b, 5.9)
+    b = s.schedule(5.9)  # age 4.9 < 5: skipped
+    assert b.reqs and (b.skips, b.stops) == (1, 0)
+    s.forward_done(b, 5.9)
     s.add_request(warm("w3", 0.5, 3))  # arrived before c (late report): leads
-    b = s.get_new_batch_prefill(6.0)  # age 5.0 >= 5: stop
-    assert b is not None and rids(b.reqs) == ["w3"] and (b.skips, b.stops) == (0, 1)
-    assert b.stop_bound == "T" and s.stats.affinity_stops_t == 1
-    assert s.stats.affinity_stops == s.stats.affinity_stops_w + s.stats.affinity_stops_k + 1
+    b = s.schedule(6.0)  # age 5.0 >= 5: stop
+    assert b.reqs and rids(b.reqs) == ["w3"] and (b.skips, b.stops) == (0, 1)
+    st = s.state.stats
+    assert b.stop_bound == "T" and st.affinity_stops_t == 1
+    assert st.affinity_stops == st.affinity_stops_w + st.affinity_stops_k + 1
     s.check()
 
 
@@ -468,19 +490,19 @@ def test_affinity_counters_count_requests_passes_and_skips_separately() -> None:
     # Two colds skipped in pass 1, one of them again in pass 2: 3 skips (= 3 request-
     # passes deferred), 2 distinct requests, 2 passes with skips, at most 2 in a pass.
     s = make_sched(enable_affinity=True, affinity_max_age_s=1e6)
-    warm_cache(s.cache, W)
+    warm_cache(s.state.cache, W)
     for r in (warm("w1", 0.0, 1), cold("c1", 1.0, 1), cold("c2", 2.0, 2)):
         s.add_request(r)
-    b = s.get_new_batch_prefill(3.0)
-    assert b is not None and (b.skips, b.defers) == (2, 2)
-    s.prefill_done(b, 3.0)
+    b = s.schedule(3.0)
+    assert b.reqs and b.skips == 2
+    s.forward_done(b, 3.0)
     s.add_request(warm("w2", 0.5, 2))  # arrived before c1: leads the next pass
     # Window W = 1: c1 is skipped again, then c2 trips W and stops the scan.
-    s.affinity_bounds = dataclasses.replace(s.affinity_bounds, skip_window=1)
-    b = s.get_new_batch_prefill(4.0)
-    assert b is not None and (b.skips, b.stops, b.stop_bound) == (1, 1, "W")
-    st = s.stats
-    assert (st.affinity_skips, st.affinity_defers) == (3, 3)
+    s.state.affinity_bounds = dataclasses.replace(s.state.affinity_bounds, skip_window=1)
+    b = s.schedule(4.0)
+    assert b.reqs and (b.skips, b.stops, b.stop_bound) == (1, 1, "W")
+    st = s.state.stats
+    assert st.affinity_skips == s.counters()["affinity_defers"] == 3
     assert st.affinity_deferred_requests == 2
     assert (st.affinity_skip_passes, st.affinity_max_skips_in_pass) == (2, 2)
     assert st.affinity_max_deferred_passes == 2
@@ -500,7 +522,7 @@ def _starvation_run(
         affinity_max_age_s=t,
         max_prefill_tokens=96,  # 12 warm extends of 8 tokens a pass; 3 arrive per pass
     )
-    warm_cache(s.cache, W)
+    warm_cache(s.state.cache, W)
     colds: dict[str, Request] = {}
 
     def feed(step: int, now: float) -> list[Request]:
@@ -524,7 +546,7 @@ def test_starvation_bounded_by_head_defers(policy: str) -> None:
     skipped = 0
     for rid, c in colds.items():
         assert c.status is ReqStatus.FINISHED and c.output_len == c.max_new_tokens
-        assert c.head_defers <= k  # never skipped in more than K passes
+        assert c.affinity_skips <= k  # never skipped in more than K passes
         if rid in run.first_skip_at:
             skipped += 1
             # K skips, the stopping pass, then it leads: admitted within K + 1 passes
@@ -534,11 +556,11 @@ def test_starvation_bounded_by_head_defers(policy: str) -> None:
         # Colds sort last: the first cold of each arrival step trips K and is promoted;
         # leading a cold batch it takes the other cold of its step along.
         groups = {c.arrival_time for c in colds.values()}
-        assert s.stats.affinity_stops == len(groups) == 8
-        assert all(c.head_defers == k for c in colds.values())
+        assert s.state.stats.affinity_stops == len(groups) == 8
+        assert all(c.affinity_skips == k for c in colds.values())
         assert all(run.admitted_at[r] - run.first_skip_at[r] == k + 1 for r in colds)
-    assert s.stats.affinity_skips == sum(b.skips for b in run.batches)
-    assert s.stats.affinity_stops == sum(b.stops for b in run.batches)
+    assert s.state.stats.affinity_skips == sum(b.skips for b in run.batches)
+    assert s.state.stats.affinity_stops == sum(b.stops for b in run.batches)
     assert_all_released(s)
 
 
@@ -557,13 +579,14 @@ def test_starvation_bounded_by_age(policy: str) -> None:
         if rid in run.first_skip_at:
             waits.append(wait)
     assert len(waits) >= len(colds) // 2
-    assert s.stats.affinity_stops == sum(b.stops for b in run.batches)
+    assert s.state.stats.affinity_stops == sum(b.stops for b in run.batches)
     if policy == "lpm":
         # colds sort last: only the age bound (or a cold-led batch of an older cold)
         # lets them in; T is also the wait bound of the ordering (policy.order_waiting),
         # so a cold T old is moved to the front and leads its batch (no stop needed)
-        assert s.stats.affinity_stops_w == s.stats.affinity_stops_k == 0 and max(waits) >= t
-        assert all(c.head_defers > 1 for c in colds.values() if c.rid in run.first_skip_at)
+        st = s.state.stats
+        assert st.affinity_stops_w == st.affinity_stops_k == 0 and max(waits) >= t
+        assert all(c.affinity_skips > 1 for c in colds.values() if c.rid in run.first_skip_at)
     assert_all_released(s)
 
 
@@ -577,40 +600,40 @@ def test_lpm_promoted_request_keeps_the_lead_until_admitted() -> None:
         affinity_max_head_defers=0,
         reserve_decode=False,
     )
-    warm_cache(s.cache, W)  # 16 pages
+    warm_cache(s.state.cache, W)  # 16 pages
     hog = mk("hog", seq(50, 200), -10.0, out=50)  # 50 pages
     s.add_request(hog)
-    b = s.get_new_batch_prefill(-10.0)
-    assert b is not None
-    s.prefill_done(b, -10.0)
+    b = s.schedule(-10.0)
+    assert b.reqs
+    s.forward_done(b, -10.0)
     s.start_decode(hog)
     s.check()
     s.add_request(warm("w1", 0.0, 1))
     # 400 tokens: hog holds 200, w1 leaves 200 free + evictable; big needs 200 + 8 + 4.
     big = cold("big", 1.0, 1, n=200)
     s.add_request(big)
-    b = s.get_new_batch_prefill(2.0)  # w1 leads, big trips K=0: stop
-    assert b is not None and rids(b.reqs) == ["w1"] and b.stops == 1
-    s.prefill_done(b, 2.0)
-    s.release(b.reqs[0], 2.0)
+    b = s.schedule(2.0)  # w1 leads, big trips K=0: stop
+    assert b.reqs and rids(b.reqs) == ["w1"] and b.stops == 1
+    s.forward_done(b, 2.0)
+    s.finish(b.reqs[0].req, 2.0)
     s.check()
     now = 3.0
     while hog.status is ReqStatus.DECODING:  # 49 decode steps
         if now < 6.0:
             s.add_request(warm(f"x{now:g}", now, int(now)))  # small warm arrivals: fit
-        b = s.get_new_batch_prefill(now)
+        b = s.schedule(now)
         s.check()
-        assert b is None  # big leads and does not fit; nobody overtakes it
-        assert rids(s.affinity_promoted) == ["big"]
+        assert b.empty  # big leads and does not fit; nobody overtakes it
+        assert rids(s.state.affinity_promoted) == ["big"]
         s.decode_step(now)
         s.check()
         now += 1.0
-    assert rids(s.waiting) == ["big", "x3", "x4", "x5"]
-    b = s.get_new_batch_prefill(now)
+    assert rids(s.state.waiting) == ["big", "x3", "x4", "x5"]
+    b = s.schedule(now)
     s.check()
-    assert b is not None and b.lead_class == "cold"
+    assert b.reqs and b.lead_class == "cold"
     assert rids(b.reqs) == ["big", "x3", "x4", "x5"]  # the warm ones follow it
-    assert s.affinity_promoted == [] and s.stats.affinity_stops == 1
+    assert s.state.affinity_promoted == [] and s.state.stats.affinity_stops == 1
 
 
 # ---------------------------------------------------------------- priority preemption
@@ -641,9 +664,9 @@ def _two_decoding(s: Scheduler, *, prio: int = 0, inp: int = 40, out: int = 100)
     ]
     for r in reqs:
         assert s.add_request(r) is None
-    b = s.get_new_batch_prefill(1.0)
-    assert b is not None and rids(b.reqs) == ["l1", "l2"]
-    for r in s.prefill_done(b, 1.0):
+    b = s.schedule(1.0)
+    assert b.reqs and rids(b.reqs) == ["l1", "l2"]
+    for r in s.forward_done(b, 1.0):
         s.start_decode(r)
     s.decode_step(1.5)
     s.check()
@@ -663,20 +686,20 @@ def test_slot_limit_preemption_threshold(high: int, low_first: bool, preempts: b
     _l1, l2 = _two_decoding(s)
     h = mk("h", seq(3, 20), 2.0, prio=high)
     s.add_request(h)
-    b = s.get_new_batch_prefill(2.0)
+    b = s.schedule(2.0)
     s.check()
     if not preempts:  # diff == threshold: no preemption, h waits
-        assert b is None and s.stats.preemptions == 0
-        assert rids(s.decoding) == ["l1", "l2"] and rids(s.waiting) == ["h"]
+        assert b.empty and s.state.stats.preemptions == 0
+        assert rids(s.state.decoding) == ["l1", "l2"] and rids(s.state.waiting) == ["h"]
         return
-    assert b is not None and rids(b.reqs) == ["h"] and b.preempted == [l2]  # newest first
-    assert s.stats.preemptions == 1 and l2.preemptions == 1
-    assert l2.status is ReqStatus.WAITING and rids(s.waiting) == ["l2"]
+    assert b.reqs and rids(b.reqs) == ["h"] and b.preempted == (l2,)  # newest first
+    assert s.state.stats.preemptions == 1 and l2.preemptions == 1
+    assert l2.status is ReqStatus.WAITING and rids(s.state.waiting) == ["l2"]
     assert (l2.owned_start_page, l2.owned_end_page, l2.locked_node) == (0, 0, None)
     # The output is kept (upstream keeps output_ids): the re-prefill covers it too.
     assert l2.computed_tokens == 0 and l2.output_len > 0
     assert l2.input_len == l2.prompt_len + l2.output_len and l2.retractions == 0
-    assert rids(s.decoding) == ["l1"] and set(s.running) == {"l1", "h"}
+    assert rids(s.state.decoding) == ["l1"] and set(s.state.running) == {"l1", "h"}
 
 
 def test_no_preemption_without_priority_or_when_disabled() -> None:
@@ -692,8 +715,8 @@ def test_no_preemption_without_priority_or_when_disabled() -> None:
         s = Scheduler(make_cfg(**kw), 1024, PAGE)
         _two_decoding(s)
         s.add_request(mk("h", seq(3, 20), 2.0, prio=100))
-        b = s.get_new_batch_prefill(2.0)
-        assert b is None and s.stats.preemptions == 0
+        b = s.schedule(2.0)
+        assert b.empty and s.state.stats.preemptions == 0
         s.check()
 
 
@@ -712,30 +735,31 @@ def _memory_bound(on: bool, high: int = 50) -> tuple[Scheduler, list[Request], R
 
 def test_no_token_does_not_preempt_with_the_switch_off() -> None:
     s, _low, _h = _memory_bound(on=False)
-    assert len(s.running) == 2 < s.max_running_requests  # slots are not the problem
+    assert len(s.state.running) == 2 < s.state.max_running_requests  # slots are not the problem
     before = state(s)
-    b = s.get_new_batch_prefill(2.0)
+    b = s.schedule(2.0)
     s.check()
-    assert b is None and s.stats.preemptions == 0  # upstream: NO_TOKEN never preempts
-    assert state(s) == before and rids(s.decoding) == ["l1", "l2"] and rids(s.waiting) == ["h"]
+    assert b.empty and s.state.stats.preemptions == 0  # upstream: NO_TOKEN never preempts
+    assert state(s) == before
+    assert rids(s.state.decoding) == ["l1", "l2"] and rids(s.state.waiting) == ["h"]
 
 
 def test_no_token_preempts_with_the_switch_on() -> None:
     s, (_l1, l2), _h = _memory_bound(on=True)
-    b = s.get_new_batch_prefill(2.0)
+    b = s.schedule(2.0)
     s.check()
-    assert b is not None and rids(b.reqs) == ["h"] and b.closed_by == "queue_empty"
-    assert b.preempted == [l2] and s.stats.preemptions == 1
-    assert rids(s.decoding) == ["l1"] and rids(s.waiting) == ["l2"]
+    assert b.reqs and rids(b.reqs) == ["h"] and b.stop_reason.value == "queue_empty"
+    assert b.preempted == (l2,) and s.state.stats.preemptions == 1
+    assert rids(s.state.decoding) == ["l1"] and rids(s.state.waiting) == ["l2"]
     # l2's KV is released: no owned pages, no lock; its cached prompt is evictable
     assert (l2.owned_start_page, l2.owned_end_page, l2.locked_node) == (0, 0, None)
     assert l2.status is ReqStatus.WAITING and l2.preemptions == 1
-    assert s.cache.match(l2.keys, l2.max_match_units).node.lock_ref == 0
+    assert s.state.cache.match(l2.keys, l2.max_match_units).node.lock_ref == 0
 
 
 def test_no_token_threshold_boundary() -> None:
     s, _, _ = _memory_bound(on=True, high=10)
-    assert s.get_new_batch_prefill(2.0) is None and s.stats.preemptions == 0
+    assert s.schedule(2.0).empty and s.state.stats.preemptions == 0
     s.check()
 
 
@@ -746,28 +770,28 @@ def test_no_token_preemption_takes_enough_victims_for_the_whole_need() -> None:
     reqs = [mk(f"l{i}", seq(i + 1, 40), float(i), out=60) for i in range(4)]
     for r in reqs:
         s.add_request(r)
-    b = s.get_new_batch_prefill(4.0)
-    assert b is not None and len(b.reqs) == 4
-    for r in s.prefill_done(b, 4.0):
+    b = s.schedule(4.0)
+    assert b.reqs and len(b.reqs) == 4
+    for r in s.forward_done(b, 4.0):
         s.start_decode(r)
     s.check()
     h = mk("h", seq(9, 8), 5.0, out=200, prio=50)  # needs 8 + 200 + 4 tokens
     s.add_request(h)
-    b = s.get_new_batch_prefill(5.0)
+    b = s.schedule(5.0)
     s.check()
     # rem_total_tokens 440 - 160 - 165.2 = 114.8: short by 97.2 (98 tokens). Each victim
     # frees 41 + 59 x 0.7 = 82.3: two victims, newest first (its 8 prompt tokens would
     # have asked for one, and the retry would have failed).
-    assert b is not None and rids(b.reqs) == ["h"]
+    assert b.reqs and rids(b.reqs) == ["h"]
     assert rids(b.preempted) == ["l3", "l2"]
     assert all(r.status is ReqStatus.WAITING for r in b.preempted)
-    assert rids(s.decoding) == ["l0", "l1"]
+    assert rids(s.state.decoding) == ["l0", "l1"]
 
 
 def test_preemption_frees_memory_and_the_preempted_request_completes() -> None:
     s, (l1, l2), h = _memory_bound(on=True)
     run = drive(s, now=2.0, dt=0.1)
-    assert s.stats.preemptions == 1 and l2.preemptions == 1
+    assert s.state.stats.preemptions == 1 and l2.preemptions == 1
     for r in (l1, l2, h):
         assert r.status is ReqStatus.FINISHED and r.output_len == r.max_new_tokens
     assert h.finish_time is not None and l2.finish_time is not None
@@ -802,7 +826,7 @@ def test_slot_preemption_loop_completes_everything() -> None:
         return out
 
     run = drive(s, dt=0.1, feed=feed, feed_steps=60)
-    assert s.stats.preemptions > 0
+    assert s.state.stats.preemptions > 0
     for r in reqs:
         assert r.status is ReqStatus.FINISHED and r.output_len == r.max_new_tokens
     assert len(run.finished) == len(reqs)
@@ -814,9 +838,9 @@ def test_decode_grows_and_finishes() -> None:
     s = make_sched(64)
     r = mk("r", seq(1, 7), 0.0, out=4)
     s.add_request(r)
-    b = s.get_new_batch_prefill(0.0)
-    assert b is not None
-    (done,) = s.prefill_done(b, 0.0)
+    b = s.schedule(0.0)
+    assert b.reqs
+    (done,) = s.forward_done(b, 0.0)
     assert done is r and r.output_len == 1 and r.first_token_time == 0.0
     s.start_decode(r)
     assert r.owned_end_page == 2
@@ -828,8 +852,8 @@ def test_decode_grows_and_finishes() -> None:
     assert (fin, ret, r.output_len, r.owned_end_page) == ([], [], 3, 3)
     fin, _ = s.decode_step(3.0)
     assert fin == [r] and r.status is ReqStatus.FINISHED and r.finish_time == 3.0
-    assert s.decoding == [] and not s.running
-    assert s.new_token_ratio == s.init_new_token_ratio  # reset when idle
+    assert s.state.decoding == [] and not s.state.running
+    assert s.state.new_token_ratio == s.state.init_new_token_ratio  # reset when idle
     assert_all_released(s)
 
 
@@ -839,9 +863,9 @@ def test_decode_page_size_one_takes_one_slot_per_fed_token() -> None:
     s = Scheduler(make_cfg(page_size=1), 64, 1)
     r = Request.from_tokens("r", seq(1, 10), page_size=1, max_new_tokens=6)
     assert s.add_request(r) is None
-    b = s.get_new_batch_prefill(0.0)
-    assert b is not None
-    s.prefill_done(b, 0.0)
+    b = s.schedule(0.0)
+    assert b.reqs
+    s.forward_done(b, 0.0)
     s.start_decode(r)
     assert (r.output_len, r.owned_end_page) == (1, 10)
     for k in range(1, 6):
@@ -850,7 +874,7 @@ def test_decode_page_size_one_takes_one_slot_per_fed_token() -> None:
         assert ret == [] and r.output_len == k + 1
         if r.status is ReqStatus.DECODING:
             assert r.owned_end_page == 10 + k  # prompt + output tokens 1..k
-    assert fin == [r] and s.stats.retractions == 0
+    assert fin == [r] and s.state.stats.retractions == 0
     assert_all_released(s)
 
 
@@ -858,14 +882,14 @@ def test_new_token_ratio_decays_without_retraction() -> None:
     s = make_sched(256)
     r = mk("r", seq(1, 8), 0.0, out=50)
     s.add_request(r)
-    b = s.get_new_batch_prefill(0.0)
-    assert b is not None
-    s.prefill_done(b, 0.0)
+    b = s.schedule(0.0)
+    assert b.reqs
+    s.forward_done(b, 0.0)
     s.start_decode(r)
-    init = s.init_new_token_ratio
+    init = s.state.init_new_token_ratio
     assert init == pytest.approx(0.7)
     s.decode_step(1.0)
-    assert s.new_token_ratio == pytest.approx(init - (init - init * 0.14) / 600)
+    assert s.state.new_token_ratio == pytest.approx(init - (init - init * 0.14) / 600)
 
 
 def _two_decoding_tight(a_out: int, b_out: int) -> tuple[Scheduler, Request, Request]:
@@ -882,17 +906,17 @@ def _two_decoding_tight(a_out: int, b_out: int) -> tuple[Scheduler, Request, Req
     b = mk("b", seq(2, 29), 1.0, out=b_out)
     for r in (a, b):  # one pass each: 30 + 20 + 4 < 92, then 29 + 20 + 4 < 92 - 32
         s.add_request(r)
-        batch = s.get_new_batch_prefill(1.0)
-        assert batch is not None and batch.reqs == [r]
-        for d in s.prefill_done(batch, 1.0):
+        batch = s.schedule(1.0)
+        assert batch.reqs and reqs_of(batch) == [r]
+        for d in s.forward_done(batch, 1.0):
             s.start_decode(d)
         s.check()
-    assert s.pool.free_pages == 7
+    assert s.state.pool.free_pages == 7
     for k in range(1, 16):
         fin, ret = s.decode_step(1.0 + k)
         s.check()
         assert (fin, ret) == ([], [])
-    assert (a.owned_end_page, b.owned_end_page, s.pool.free_pages) == (12, 11, 0)
+    assert (a.owned_end_page, b.owned_end_page, s.state.pool.free_pages) == (12, 11, 0)
     return s, a, b
 
 
@@ -902,13 +926,13 @@ def test_retraction_takes_the_newest_never_an_older_request() -> None:
     s.check()
     assert (fin, ret) == ([], [b])
     assert a.status is ReqStatus.DECODING and a.output_len == 17
-    assert b.status is ReqStatus.WAITING and rids(s.waiting) == ["b"]
+    assert b.status is ReqStatus.WAITING and rids(s.state.waiting) == ["b"]
     assert (b.retractions, b.preemptions) == (1, 0)
     # The output is kept (upstream keeps output_ids): the re-prefill covers it too.
     assert (b.owned_start_page, b.owned_end_page, b.output_len, b.locked_node) == (0, 0, 16, None)
     assert b.input_len == b.prompt_len + 16
-    assert s.stats.retractions == 1 and rids(s.decoding) == ["a"]
-    assert s.new_token_ratio == pytest.approx(min(1.0, (17 + 20) / (20 + 1)))
+    assert s.state.stats.retractions == 1 and rids(s.state.decoding) == ["a"]
+    assert s.state.new_token_ratio == pytest.approx(min(1.0, (17 + 20) / (20 + 1)))
     run = drive(s, now=18.0)
     assert a.status is b.status is ReqStatus.FINISHED
     assert a.output_len == 20 and b.output_len == 20
@@ -924,7 +948,7 @@ def test_a_request_finishing_this_step_frees_its_pages_for_the_rest() -> None:
     assert (fin, ret) == ([a], [])
     assert a.status is ReqStatus.FINISHED and a.output_len == 17
     assert b.status is ReqStatus.DECODING and (b.output_len, b.owned_end_page) == (17, 12)
-    assert s.stats.retractions == 0
+    assert s.state.stats.retractions == 0
     drive(s, now=18.0)
     assert b.status is ReqStatus.FINISHED and b.output_len == 20
     assert_all_released(s)
@@ -951,9 +975,9 @@ def test_decode_step_does_not_overrun_max_new_tokens() -> None:
     s = make_sched(64)
     r = mk("r", seq(1, 8), 0.0, out=1)
     s.add_request(r)
-    b = s.get_new_batch_prefill(0.0)
-    assert b is not None
-    s.prefill_done(b, 0.0)
+    b = s.schedule(0.0)
+    assert b.reqs
+    s.forward_done(b, 0.0)
     s.start_decode(r)  # an engine that decodes a request already at max_new_tokens
     fin, _ = s.decode_step(1.0)
     assert fin == [r] and r.output_len == 1
@@ -967,25 +991,25 @@ def test_chunked_continuation_takes_one_slot_not_two() -> None:
     b = mk("b", seq(2, 4), 1.0)
     s.add_request(a)
     s.add_request(b)
-    b1 = s.get_new_batch_prefill(0.0)
-    assert b1 is not None and rids(b1.reqs) == ["a"] and b1.closed_by == "chunk_budget"
-    s.prefill_done(b1, 0.0)
-    b2 = s.get_new_batch_prefill(1.0)
+    b1 = s.schedule(0.0)
+    assert b1.reqs and rids(b1.reqs) == ["a"] and b1.stop_reason.value == "chunk_budget"
+    s.forward_done(b1, 0.0)
+    b2 = s.schedule(1.0)
     s.check()
-    assert b2 is not None and rids(b2.reqs) == ["a", "b"]  # 2 running: a and b
-    assert len(s.running) == 2
+    assert b2.reqs and rids(b2.reqs) == ["a", "b"]  # 2 running: a and b
+    assert len(s.state.running) == 2
 
 
 def test_slot_limit_counts_running_requests() -> None:
     s = make_sched(max_running_requests=3)
     for i in range(5):
         s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i)))
-    b = s.get_new_batch_prefill(5.0)
-    assert b is not None and rids(b.reqs) == ["r0", "r1", "r2"]
-    assert b.closed_by == "max_running_requests"
-    for r in s.prefill_done(b, 5.0):
+    b = s.schedule(5.0)
+    assert b.reqs and rids(b.reqs) == ["r0", "r1", "r2"]
+    assert b.stop_reason.value == "max_running_requests"
+    for r in s.forward_done(b, 5.0):
         s.start_decode(r)
-    assert s.get_new_batch_prefill(6.0) is None
+    assert s.schedule(6.0).empty
     s.check()
 
 
@@ -1002,7 +1026,7 @@ def test_never_fitting_requests_are_rejected_with_a_reason() -> None:
     assert reason is not None and "memory test can never pass" in reason
     ok = mk("ok", seq(3, 100), 0.0, out=23)
     assert s.add_request(ok) is None
-    assert s.stats.rejected == 2 and rids(s.waiting) == ["ok"]
+    assert s.state.stats.rejected == 2 and rids(s.state.waiting) == ["ok"]
     run = drive(s)
     assert ok.status is ReqStatus.FINISHED and run.finished == [ok]
     assert_all_released(s)
@@ -1010,7 +1034,7 @@ def test_never_fitting_requests_are_rejected_with_a_reason() -> None:
 
 def test_release_after_prefill_frees_everything_pd_prefill() -> None:
     s = make_sched(256, chunked_prefill_size=32)
-    warm_cache(s.cache, W)
+    warm_cache(s.state.cache, W)
     reqs = [warm(f"w{i}", float(i), i + 1) for i in range(3)] + [
         cold(f"c{i}", 3.0 + i, i + 1, n=70) for i in range(3)
     ]
@@ -1018,13 +1042,13 @@ def test_release_after_prefill_frees_everything_pd_prefill() -> None:
         s.add_request(r)
     now = 10.0
     while s.has_work:
-        b = s.get_new_batch_prefill(now)
+        b = s.schedule(now)
         s.check()
-        assert b is not None
-        for r in s.prefill_done(b, now):
+        assert b.reqs
+        for r in s.forward_done(b, now):
             s.check()
-            r.status = ReqStatus.TRANSFERRING
-            s.release(r, now + 0.5)
+            s.begin_transfer(r)
+            s.finish(r, now + 0.5)
             s.check()
         now += 1.0
     assert all(r.status is ReqStatus.FINISHED for r in reqs)
@@ -1043,7 +1067,7 @@ def test_random_mixed_workload_with_affinity_and_chunking() -> None:
             max_running_requests=rng.choice([None, 4]),
             affinity_max_head_defers=2,
         )
-        warm_cache(s.cache, W)
+        warm_cache(s.state.cache, W)
         reqs: list[Request] = []
 
         def feed(
@@ -1063,63 +1087,68 @@ def test_random_mixed_workload_with_affinity_and_chunking() -> None:
         run = drive(s, dt=0.2, feed=feed, feed_steps=50)
         assert all(r.status is ReqStatus.FINISHED for r in reqs), seed
         assert len({id(r) for r in run.finished}) == len(reqs)
-        assert s.stats.affinity_skips == sum(b.skips for b in run.batches)
+        assert s.state.stats.affinity_skips == sum(b.skips for b in run.batches)
         assert_all_released(s)
 
 
 # ---------------------------------------------------------------- why a pass admitted nothing
 def test_empty_pass_reports_why_queue_empty() -> None:
     s = make_sched()
-    batch, reason = s.admission_pass(0.0)
-    assert batch is None and reason is CloseReason.QUEUE_EMPTY
-    assert s.stats.empty_passes == {"queue_empty": 1}
+    batch = s.schedule(0.0)
+    reason = batch.stop_reason
+    assert batch.empty and reason is CloseReason.QUEUE_EMPTY
+    assert s.state.stats.empty_passes == {"queue_empty": 1}
 
 
 def test_empty_pass_reports_why_memory_no_token() -> None:
     s = make_sched(pages=30)  # 120 tokens
     s.add_request(mk("a", seq(1, 40), out=8))
-    b = s.get_new_batch_prefill(0.0)
-    assert b is not None
-    s.prefill_done(b, 0.0)
-    s.start_decode(b.reqs[0])  # holds 40 tokens of KV and reserves its output
+    b = s.schedule(0.0)
+    assert b.reqs
+    s.forward_done(b, 0.0)
+    s.start_decode(b.reqs[0].req)  # holds 40 tokens of KV and reserves its output
     s.add_request(mk("big", seq(2, 60), out=30))  # 60 + 30 + 4 >= 120 - 40 - reserve
-    batch, reason = s.admission_pass(1.0)
-    assert batch is None and reason is CloseReason.MEMORY
-    assert s.last_pass_reason is CloseReason.MEMORY
-    assert s.stats.empty_passes == {"memory": 1}
+    batch = s.schedule(1.0)
+    reason = batch.stop_reason
+    assert batch.empty and reason is CloseReason.MEMORY
+    assert s.state.last_pass_reason is CloseReason.MEMORY
+    assert s.state.stats.empty_passes == {"memory": 1}
 
 
 def test_empty_pass_reports_why_request_slot_limit() -> None:
     s = make_sched(max_running_requests=1)
     s.add_request(mk("a", seq(1, 8)))
-    b = s.get_new_batch_prefill(0.0)
-    assert b is not None
-    s.prefill_done(b, 0.0)
-    s.start_decode(b.reqs[0])
+    b = s.schedule(0.0)
+    assert b.reqs
+    s.forward_done(b, 0.0)
+    s.start_decode(b.reqs[0].req)
     s.add_request(mk("b", seq(2, 8)))
-    batch, reason = s.admission_pass(1.0)
-    assert batch is None and reason is CloseReason.MAX_RUNNING_REQUESTS
-    assert s.stats.empty_passes == {"max_running_requests": 1}
+    batch = s.schedule(1.0)
+    reason = batch.stop_reason
+    assert batch.empty and reason is CloseReason.MAX_RUNNING_REQUESTS
+    assert s.state.stats.empty_passes == {"max_running_requests": 1}
 
 
 def test_empty_pass_reports_why_other_with_the_closing_limit() -> None:
     # A chunk budget below one page cuts nothing: OTHER, closed by the chunk budget. (The
     # config refuses such a budget; the adder's limits are set by hand to reach the path.)
     s = make_sched(chunked_prefill_size=4)
-    s.limits = dataclasses.replace(s.limits, chunked_prefill_size=3)
+    s.state.limits = dataclasses.replace(s.state.limits, chunked_prefill_size=3)
     s.add_request(mk("a", seq(1, 40)))
-    batch, reason = s.admission_pass(0.0)
-    assert batch is None and reason is CloseReason.CHUNK_BUDGET
-    assert s.stats.empty_passes == {"chunk_budget": 1}
+    batch = s.schedule(0.0)
+    reason = batch.stop_reason
+    assert batch.empty and reason is CloseReason.CHUNK_BUDGET
+    assert s.state.stats.empty_passes == {"chunk_budget": 1}
 
 
-def test_non_empty_pass_reason_matches_batch_closed_by() -> None:
+def test_non_empty_pass_reason_is_the_closing_limit() -> None:
     s = make_sched(max_prefill_tokens=10)
     s.add_request(mk("a", seq(1, 8)))
     s.add_request(mk("b", seq(2, 8)))
-    batch, reason = s.admission_pass(0.0)
-    assert batch is not None and batch.closed_by == reason.value == "max_prefill_tokens"
-    assert s.stats.empty_passes == {}
+    batch = s.schedule(0.0)
+    reason = batch.stop_reason
+    assert batch.reqs and reason.value == "max_prefill_tokens" and batch.limit is reason
+    assert s.state.stats.empty_passes == {}
 
 
 # ---------------------------------------------------------------- arrival rejection
@@ -1129,8 +1158,8 @@ def test_arrival_rejects_only_what_can_never_pass_the_memory_test() -> None:
     s = Scheduler(make_cfg(page_size=1), 7841, 1, reserve_decode=False)
     req = Request.from_tokens("r", seq(1, 485), page_size=1, max_new_tokens=8540)
     assert s.add_request(req) is None
-    b = s.get_new_batch_prefill(0.0)
-    assert b is not None and b.reqs == [req]
+    b = s.schedule(0.0)
+    assert reqs_of(b) == [req]
     # Boundary: prompt + min(max_new, 4096) + page < pool tokens is the memory test.
     for n, ok in ((7841 - 4096 - 1 - 1, True), (7841 - 4096 - 1, False)):
         s = Scheduler(make_cfg(page_size=1), 7841, 1, reserve_decode=False)
@@ -1138,7 +1167,7 @@ def test_arrival_rejects_only_what_can_never_pass_the_memory_test() -> None:
         reason = s.add_request(r)
         assert (reason is None) is ok
         if ok:  # what is accepted passes on the empty pool
-            assert s.get_new_batch_prefill(0.0) is not None
+            assert s.schedule(0.0).reqs
         else:
             assert reason is not None and "memory test can never pass" in reason
             assert "clipped at 4096" in reason
@@ -1147,7 +1176,7 @@ def test_arrival_rejects_only_what_can_never_pass_the_memory_test() -> None:
 def test_arrival_rejects_a_prompt_its_cp_owner_lanes_cannot_hold() -> None:
     cfg = make_cfg(cp_size=2, enable_cp_shared_kv=True)
     s = Scheduler(cfg, 20, PAGE, reserve_decode=False)  # 2 lanes of 10 pages
-    assert s.pool.capacity == [10, 10]
+    assert s.state.pool.capacity == [10, 10]
     reason = s.add_request(mk("lanes", seq(1, 21 * PAGE), out=0))  # lane 0 needs 11
     assert reason is not None and "2 owner lanes" in reason
     assert s.add_request(mk("fits", seq(2, 10 * PAGE), out=0)) is None
@@ -1173,33 +1202,34 @@ def test_preemption_only_when_victims_free_enough_for_the_memory_test() -> None:
     lo = mk("lo", seq(2, 40), 0.0, out=10, prio=0)
     for r in (hi, lo):
         assert s.add_request(r) is None
-    b = s.get_new_batch_prefill(0.0)
-    assert b is not None and rids(b.reqs) == ["hi", "lo"]
-    for r in s.prefill_done(b, 0.0):
+    b = s.schedule(0.0)
+    assert b.reqs and rids(b.reqs) == ["hi", "lo"]
+    for r in s.forward_done(b, 0.0):
         s.start_decode(r)
     s.decode_step(0.5)
     h = mk("h", seq(3, 100), 1.0, out=100, prio=50)
     assert s.add_request(h) is None
-    batch, reason = s.admission_pass(1.0)
+    batch = s.schedule(1.0)
+    reason = batch.stop_reason
     s.check()
-    assert batch is None and reason is CloseReason.MAX_RUNNING_REQUESTS
-    assert s.stats.preemptions == 0 and lo.status is ReqStatus.DECODING and lo.output_len == 2
+    assert batch.empty and reason is CloseReason.MAX_RUNNING_REQUESTS
+    assert s.state.stats.preemptions == 0 and lo.status is ReqStatus.DECODING and lo.output_len == 2
     # With room for h once lo is gone (a larger pool), lo is preempted and h admitted.
     s = make_sched(pages=140, enable_priority_scheduling=True, max_running_requests=2)
     hi = mk("hi", seq(1, 200), 0.0, out=100, prio=100)
     lo = mk("lo", seq(2, 40), 0.0, out=10, prio=0)
     for r in (hi, lo):
         s.add_request(r)
-    b = s.get_new_batch_prefill(0.0)
-    assert b is not None
-    for r in s.prefill_done(b, 0.0):
+    b = s.schedule(0.0)
+    assert b.reqs
+    for r in s.forward_done(b, 0.0):
         s.start_decode(r)
     s.decode_step(0.5)
     h = mk("h", seq(3, 100), 1.0, out=100, prio=50)
     s.add_request(h)
-    batch = s.get_new_batch_prefill(1.0)
+    batch = s.schedule(1.0)
     s.check()
-    assert batch is not None and rids(batch.reqs) == ["h"] and batch.preempted == [lo]
+    assert batch.reqs and rids(batch.reqs) == ["h"] and batch.preempted == (lo,)
 
 
 # ---------------------------------------------------------------- skipped idle passes
@@ -1225,19 +1255,27 @@ def _req_view(r: Request) -> tuple[object, ...]:
         r.prefix_len,
         r.extend_input_len,
         r.output_len,
-        r.head_defers,
+        r.affinity_skips,
         r.first_token_time,
         r.finish_time,
     )
 
 
+def schedule_every_pass(s: Scheduler, now: float) -> StepOutput:
+    """The reference for the skipped idle passes: ``Scheduler.schedule`` with every pass
+    run in full (``prefill_pass.full_pass``), never skipped."""
+    st = s.state
+    return step_output(st, full_pass(st, now))
+
+
 def _lockstep(kw: dict[str, object], seed: int, *, pages: int = 160) -> tuple[int, list[object]]:
-    """Drive a scheduler and its twin that never skips a pass; assert every step equal.
+    """Drive a scheduler and its twin that never skips a pass (:func:`schedule_every_pass`);
+    assert every step equal.
 
     Returns how many passes were skipped and the log of decisions."""
     work = _lockstep_workload(seed)
     scheds = [make_sched(pages, **kw), make_sched(pages, **kw)]
-    scheds[1].skip_idle_passes = False
+    schedules = [scheds[0].schedule, partial(schedule_every_pass, scheds[1])]
     reqs: list[dict[str, Request]] = [{}, {}]
     log: list[object] = []
     now = 0.0
@@ -1249,25 +1287,26 @@ def _lockstep(kw: dict[str, object], seed: int, *, pages: int = 160) -> tuple[in
                     r = mk(rid, tokens, now, out=out, prio=prio)
                     reqs[k][rid] = r
                     s.add_request(r)
-            batch = s.get_new_batch_prefill(now)
+            batch = schedules[k](now)
             s.check()
-            if batch is not None:
-                for r in s.prefill_done(batch, now):
+            if batch.reqs:
+                for r in s.forward_done(batch, now):
                     if r.output_len >= r.max_new_tokens:
-                        s.release(r, now)
+                        s.finish(r, now)
                     else:
                         s.start_decode(r)
-            if s.decoding:
+            if decoding(s):
                 s.decode_step(now)
             s.check()
             views.append(
                 (
-                    None if batch is None else (rids(batch.reqs), batch.closed_by),
-                    s.last_pass_reason,
-                    dataclasses.asdict(s.stats),
-                    rids(s.waiting),
-                    rids(s.affinity_promoted),
-                    s.new_token_ratio,
+                    None if batch.empty else rids(batch.reqs),
+                    batch.stop_reason,
+                    s.state.last_pass_reason,
+                    dataclasses.asdict(s.state.stats),
+                    rids(s.state.waiting),
+                    rids(s.state.affinity_promoted),
+                    s.state.new_token_ratio,
                     state(s),
                     [_req_view(r) for r in reqs[k].values()],
                 )
@@ -1275,11 +1314,11 @@ def _lockstep(kw: dict[str, object], seed: int, *, pages: int = 160) -> tuple[in
         assert views[0] == views[1], f"step {step}"
         log.append(views[0][0])
         now += 0.25
-        if step > 40 and not any(s.has_work or s.decoding for s in scheds):
+        if step > 40 and not any(s.has_work or decoding(s) for s in scheds):
             break
     assert all(r.status is ReqStatus.FINISHED for r in reqs[0].values())
-    assert scheds[1].idle_passes_skipped == 0
-    return scheds[0].idle_passes_skipped, log
+    assert scheds[1].state.idle_passes_skipped == 0
+    return scheds[0].state.idle_passes_skipped, log
 
 
 @pytest.mark.parametrize(
@@ -1338,19 +1377,20 @@ def test_fcfs_scan_of_the_queue_equals_the_copied_order(affinity: bool) -> None:
             for st, rid, tokens, _, _ in work:
                 if st == step:
                     s.add_request(mk(rid, tokens, now, out=5))
-            batch = s.get_new_batch_prefill(now)
+            batch = s.schedule(now)
             s.check()
-            log.append(None if batch is None else (rids(batch.reqs), batch.closed_by))
-            log.append((dict(s.stats.empty_passes), s.stats.passes, rids(s.waiting)))
-            if batch is not None:
-                for r in s.prefill_done(batch, now):
+            log.append(None if batch.empty else (rids(batch.reqs), batch.stop_reason.value))
+            stats = s.state.stats
+            log.append((dict(stats.empty_passes), stats.passes, rids(s.state.waiting)))
+            if batch.reqs:
+                for r in s.forward_done(batch, now):
                     if r.output_len >= r.max_new_tokens:
-                        s.release(r, now)
+                        s.finish(r, now)
                     else:
                         s.start_decode(r)
-            if s.decoding:
+            if s.state.decoding:
                 s.decode_step(now)
             now += 0.25
-        assert not s.has_work and not s.decoding
+        assert not s.has_work and not s.state.decoding
         logs.append(log)
     assert logs[0] == logs[1]

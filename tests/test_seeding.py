@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from prefillkit.cache.node import Node
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.config import SchedulerConfig
-from prefillkit.sched.scheduler import PrefillBatch, Scheduler
+from prefillkit.sched.interface import StepOutput
+from prefillkit.sched.scheduler import Scheduler
 from prefillkit.sched.seeding import (
     seed_cached_prefix,
     seed_new_token_ratio,
@@ -57,8 +58,8 @@ class Spec:
 def replay(
     sched: Scheduler, specs: list[Spec], rng: random.Random, *, colocated: bool
 ) -> dict[str, Request]:
-    """Drive ``specs`` through the scheduler as an engine would (passes, prefill_done,
-    start_decode / transfer, decode steps, releases) until nothing waits."""
+    """Drive ``specs`` through the scheduler as an engine would (steps, forward_done,
+    start_decode / begin_transfer, decode steps, finish) until nothing waits."""
     reqs = {s.rid: s.make() for s in specs}
     for r in reqs.values():
         assert sched.add_request(r) is None
@@ -67,22 +68,21 @@ def replay(
         if not sched.has_work:
             break
         t += 0.01
-        batch = sched.get_new_batch_prefill(t)
-        if batch is not None:
-            for r in sched.prefill_done(batch, t):
-                if colocated:
-                    if r.output_len >= r.max_new_tokens:
-                        sched.release(r, t)
-                    else:
-                        sched.start_decode(r)
+        step = sched.schedule(t)
+        for r in sched.forward_done(step, t):
+            if colocated:
+                if r.output_len >= r.max_new_tokens:
+                    sched.finish(r, t)
                 else:
-                    r.status = ReqStatus.TRANSFERRING
-        if colocated and sched.decoding and rng.random() < 0.7:
+                    sched.start_decode(r)
+            else:
+                sched.begin_transfer(r)
+        if colocated and sched.decode_load()[0] and rng.random() < 0.7:
             sched.decode_step(t)
         if not colocated:
-            for r in list(sched.running.values()):
+            for r in list(sched.state.running.values()):
                 if r.status is ReqStatus.TRANSFERRING and rng.random() < 0.4:
-                    sched.release(r, t)
+                    sched.finish(r, t)
         sched.check()
     assert not sched.has_work
     return reqs
@@ -91,7 +91,7 @@ def replay(
 def leaf_chains(sched: Scheduler) -> list[list[int]]:
     """Key chains of every device leaf of the cache (its whole device content)."""
     out: list[list[int]] = []
-    stack: list[tuple[Node, list[int]]] = [(sched.cache.root, [])]
+    stack: list[tuple[Node, list[int]]] = [(sched.state.cache.root, [])]
     while stack:
         node, keys = stack.pop()
         kids = [c for c in node.children.values() if c.on_device]
@@ -110,18 +110,19 @@ def seeded_copy(
     for chain in leaf_chains(a):
         seed_cached_prefix(b, chain)
     by_rid = {s.rid: s for s in specs}
-    running = a.decoding if colocated else list(a.running.values())
-    assert len(running) == len(a.running)
+    running = a.state.decoding if colocated else list(a.state.running.values())
+    assert len(running) == len(a.state.running)
     for r in running:
         seed_running_request(
             b, by_rid[r.rid].make(), output_len=r.output_len, status=r.status, now=0.5
         )
-    seed_new_token_ratio(b, a.new_token_ratio)
+    seed_new_token_ratio(b, a.state.new_token_ratio)
     return b
 
 
 def state(s: Scheduler) -> tuple[object, ...]:
-    pool, cache = s.pool, s.cache
+    st = s.state
+    pool, cache = st.pool, st.cache
     return (
         pool.free,
         pool.cached,
@@ -132,27 +133,24 @@ def state(s: Scheduler) -> tuple[object, ...]:
         set(cache.index),
         {
             rid: (r.status, r.owned_start_page, r.owned_end_page, r.output_len, r.computed_tokens)
-            for rid, r in s.running.items()
+            for rid, r in st.running.items()
         },
-        [r.rid for r in s.decoding],
-        s.new_token_ratio,
+        [r.rid for r in st.decoding],
+        st.new_token_ratio,
     )
 
 
-def batch_view(b: PrefillBatch | None) -> object:
-    if b is None:
-        return None
+def batch_view(b: StepOutput) -> object:
     return (
-        [(r.rid, r.prefix_len, r.extend_input_len, r.loaded_tokens) for r in b.reqs],
+        [(r.rid, r.prefix_len, r.extend_len, r.loaded_tokens) for r in b.reqs],
         b.extend_tokens,
         b.cached_tokens,
         b.load_back_tokens,
-        b.closed_by,
+        b.stop_reason,
         b.has_chunked,
         b.waiting_len,
         b.lead_class,
-        b.log_input_tokens,
-        b.log_hit_tokens,
+        None if b.handle is None else (b.handle.log_input_tokens, b.handle.log_hit_tokens),
     )
 
 
@@ -162,12 +160,11 @@ def compare_next_pass(a: Scheduler, b: Scheduler, probes: list[Spec]) -> None:
         for p in probes:
             s.add_request(p.make())
     now = 10.0
-    ra = a.get_new_batch_prefill(now)
-    ea = a.cache.device_evicted_pages
-    rb = b.get_new_batch_prefill(now)
+    ra = a.schedule(now)
+    ea = a.state.cache.device_evicted_pages
+    rb = b.schedule(now)
     assert batch_view(ra) == batch_view(rb)
-    assert a.last_pass_reason == b.last_pass_reason
-    if ea == 0 and b.cache.device_evicted_pages == 0:
+    if ea == 0 and b.state.cache.device_evicted_pages == 0:
         assert state(a) == state(b)
     a.check()
     b.check()
@@ -226,21 +223,21 @@ def test_seeding_mutations_and_invariants() -> None:
     assert seed_cached_prefix(s, req.keys[:3]) == 3
     assert seed_cached_prefix(s, req.keys[:3]) == 0  # already cached: nothing new
     s.check()
-    assert s.cache.evictable_pages == 3
+    assert s.state.cache.evictable_pages == 3
     seed_running_request(s, req, output_len=4, now=2.0)
     s.check()
-    assert req.status is ReqStatus.DECODING and s.decoding == [req]
-    assert s.running == {"x": req}
+    assert req.status is ReqStatus.DECODING and s.state.decoding == [req]
+    assert s.state.running == {"x": req}
     # prompt 21 + 3 decoded tokens in the KV: 6 pages, 5 cached (locked), 1 owned
     assert (req.owned_start_page, req.owned_end_page) == (5, 6)
-    assert s.cache.protected_pages == 5 and s.cache.evictable_pages == 0
+    assert s.state.cache.protected_pages == 5 and s.state.cache.evictable_pages == 0
     assert req.first_token_time == 2.0 and req.computed_tokens == 21
     # the seeded request decodes and finishes like any other
     for _ in range(3):
         s.decode_step(3.0)
         s.check()
-    assert req.status is ReqStatus.FINISHED and not s.running
-    assert s.cache.evictable_pages == 5 and s.pool.owned == [0]
+    assert req.status is ReqStatus.FINISHED and not s.state.running
+    assert s.state.cache.evictable_pages == 5 and s.state.pool.owned == [0]
 
 
 # ---------------------------------------------------------------- (c) errors
@@ -278,6 +275,8 @@ def test_seeding_rejects_impossible_requests() -> None:
         seed_running_request(pd, Spec("b", 1, 0, 9, 4, 0.0).make())
     with pytest.raises(ValueError, match=r"outside \[0, 1\]"):
         seed_new_token_ratio(s, 1.5)
+    with pytest.raises(TypeError, match="not prefillkit's Scheduler"):
+        seed_new_token_ratio(object(), 0.5)  # type: ignore[arg-type]
     s.check()
 
 

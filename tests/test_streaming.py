@@ -183,8 +183,8 @@ def test_a_run_leaves_no_reference_cycles(name: str) -> None:
     cfg = Config(**CYCLE_CONFIGS[name])  # type: ignore[arg-type]
     _run_without_collector(cfg, 2)  # first use: the imports' own garbage
     engine, garbage = _run_without_collector(cfg, 150)
-    assert engine.sched.cache.device_evicted_pages > 0  # type: ignore[attr-defined]
+    assert engine.sched.state.cache.device_evicted_pages > 0  # type: ignore[attr-defined]
     if name == "hicache-full":
-        host = engine.sched.cache.host  # type: ignore[attr-defined]
+        host = engine.sched.state.cache.host  # type: ignore[attr-defined]
         assert host is not None and host.evicted_pages > 0
     assert not garbage, garbage

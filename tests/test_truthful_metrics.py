@@ -125,7 +125,7 @@ def test_every_request_column_names_its_own_value() -> None:
     r.num_chunks, r.device_hit_tokens, r.host_hit_tokens = 2, 40, 20
     r.status, r.reject_reason = ReqStatus.FINISHED, "why"
     r.preemptions, r.retractions, r.requeue_recomputed_tokens = 4, 5, 6
-    r.requeue_lost_s, r.head_defers = 0.25, 8
+    r.requeue_lost_s, r.affinity_skips = 0.25, 8
     assert request_row(r, [10, 11], "warm") == {
         "rid": "r7",
         "arrival_s": 1.0,

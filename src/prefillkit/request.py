@@ -202,8 +202,9 @@ class Request:
     # Output tokens produced so far (colocated decode); kept across a requeue.
     output_len: int = field(init=False, default=0)
     # Passes in which affinity skipped (deferred) this request, at any queue position;
-    # the K bound compares it. NOTE: "head" is historical (the knob's name).
-    head_defers: int = field(init=False, default=0)
+    # the K bound (affinity_max_head_defers: "head" in the knob's name is historical)
+    # compares it.
+    affinity_skips: int = field(init=False, default=0)
     # Last match length in units and the node holding its last unit (the root when
     # nothing matched): the next pass confirms the match from the node alone (see
     # sched/matching.py). NOTE: match_node is a node of the cache of the scheduler the
@@ -271,7 +272,7 @@ class Request:
         self.owned_pages = []
         self.pending_pages = None
         self.output_len = 0
-        self.head_defers = 0
+        self.affinity_skips = 0
         self.match_hint = 0
         self.match_node = None
         self.first_scheduled_time = None

@@ -1,8 +1,9 @@
 """The whole-engine fuzz's per-batch checks can fail: each catches a deliberate mutation.
 
-Each case edits the source text of a scratch copy of ``prefillkit.sched.adder`` or
-``prefillkit.sched.scheduler`` (the installed modules are untouched), loads the copy
-as a fresh module, points the engine at its ``Scheduler`` and runs the fuzz's scenarios
+Each case edits the source text of a scratch copy of one of the scheduler's modules
+(``prefillkit.sched.adder``, ``prefill_pass``, ``launch``, ...; the installed modules are
+untouched), loads it and every scheduler module that imports it as fresh modules, points
+the engine's factory at the copies' ``Scheduler`` and runs the fuzz's scenarios
 until one fails. The failure must come from the check named by the case (its assertion
 message starts with the tag): failures of other checks are skipped over, so a case
 passes only when *that* check sees the mutation. Invariant checks are off (a mutation
@@ -14,6 +15,7 @@ When a mutated line no longer exists in the source, the case fails saying so: up
 
 from __future__ import annotations
 
+import importlib
 import sys
 import types
 from collections.abc import Callable
@@ -23,8 +25,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-import prefillkit.sched.adder as adder_mod
-import prefillkit.sched.scheduler as scheduler_mod
+import prefillkit.sched
 import prefillkit.sim.engine as engine_mod
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,7 +40,7 @@ MAX_TRIES = 2500
 @dataclass(frozen=True, slots=True)
 class Mutation:
     name: str
-    module: str  # "adder" or "scheduler"
+    module: str  # a module of prefillkit.sched, one of CHAIN
     old: str  # source text replaced (every occurrence; must occur)
     new: str
     tag: str  # the assertion-message prefix of the check that must catch it
@@ -129,18 +130,18 @@ MUTATIONS = [
     ),
     Mutation(
         "one request slot too many",
-        "scheduler",
-        "slots = self.max_running_requests - len(self.running)",
-        "slots = self.max_running_requests - len(self.running) + 1",
+        "prefill_pass",
+        "slots = st.max_running_requests - len(st.running)",
+        "slots = st.max_running_requests - len(st.running) + 1",
         "cap:max_running_requests",
         "caps",
     ),
     Mutation(
         "chunk boundary shifted back one token",
-        "scheduler",
+        "launch",
         "req.computed_tokens = req.prefix_len + req.extend_input_len\n",
         "req.computed_tokens = req.prefix_len + req.extend_input_len - (\n"
-        "                1 if req.prefix_len + req.extend_input_len < req.input_len else 0)\n",
+        "        1 if req.prefix_len + req.extend_input_len < req.input_len else 0)\n",
         "chunk:continuity",
         "chunks",
     ),
@@ -155,7 +156,7 @@ MUTATIONS = [
     ),
     Mutation(
         "reported host hit is the host match, not what was loaded",
-        "scheduler",
+        "launch",
         "req.host_hit_tokens = req.loaded_tokens",
         "req.host_hit_tokens = req.host_hit_len",
         "hit:reported",
@@ -163,7 +164,7 @@ MUTATIONS = [
     ),
     Mutation(
         "reported device hit one unit too long",
-        "scheduler",
+        "launch",
         "req.device_hit_tokens = req.device_prefix_len",
         "req.device_hit_tokens = req.device_prefix_len + req.key_tokens",
         "hit:reported",
@@ -179,7 +180,7 @@ MUTATIONS = [
     ),
     Mutation(
         "wait bound (aging) disabled",
-        "scheduler",
+        "prefill_pass",
         "max_wait_s=max_wait,",
         "max_wait_s=None,",
         "wait:",
@@ -187,9 +188,9 @@ MUTATIONS = [
     ),
     Mutation(
         "first token time overwritten by a re-prefill",
-        "scheduler",
-        "if req.first_token_time is None:\n                    # The first token's time",
-        "if True:\n                    # The first token's time",
+        "launch",
+        "if req.first_token_time is None:\n                # The first token's time",
+        "if True:\n                # The first token's time",
         "ttft:",
         "ttft",
     ),
@@ -204,22 +205,38 @@ def _load(name: str, source: str, path: str) -> types.ModuleType:
     return mod
 
 
-def _mutated_scheduler(m: Mutation, monkeypatch: pytest.MonkeyPatch) -> type:
-    """The ``Scheduler`` of a scratch copy with ``m`` applied (to the adder or itself)."""
-    sources = {}
-    for key, mod in (("adder", adder_mod), ("scheduler", scheduler_mod)):
-        assert mod.__file__ is not None
-        sources[key] = Path(mod.__file__).read_text(encoding="utf-8")
-    text = sources[m.module]
-    assert m.old in text, f"{m.name}: {m.old!r} is no longer in sched/{m.module}.py"
-    sources[m.module] = text.replace(m.old, m.new)
-    # The scheduler copy imports the adder copy: swap it in while the copy is loaded.
-    adder = _load("prefillkit_mutant_adder", sources["adder"], "<mutant adder>")
-    monkeypatch.setitem(sys.modules, "prefillkit.sched.adder", adder)
-    sched = _load("prefillkit_mutant_scheduler", sources["scheduler"], "<mutant scheduler>")
-    monkeypatch.setitem(sys.modules, "prefillkit.sched.adder", adder_mod)
-    monkeypatch.setattr(engine_mod, "PrefillBatch", sched.PrefillBatch)
-    cls: type = sched.Scheduler
+#: The scheduler's modules, each after every one of them it imports.
+CHAIN = (
+    "adder",
+    "batch",
+    "step",
+    "state",
+    "waiting",
+    "decode",
+    "preempt",
+    "launch",
+    "prefill_pass",
+    "scheduler",
+)
+
+
+def _mutated_scheduler(m: Mutation) -> type:
+    """The ``Scheduler`` of scratch copies of the scheduler's modules from ``m.module`` on
+    (in import order), ``m`` applied to its module's copy."""
+    copies: dict[str, types.ModuleType] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        for name in CHAIN[CHAIN.index(m.module) :]:
+            real = importlib.import_module(f"prefillkit.sched.{name}")
+            assert real.__file__ is not None
+            text = Path(real.__file__).read_text(encoding="utf-8")
+            if name == m.module:
+                assert m.old in text, f"{m.name}: {m.old!r} is no longer in sched/{name}.py"
+                text = text.replace(m.old, m.new)
+            copies[name] = _load(f"prefillkit_mutant_{name}", text, f"<mutant {name}>")
+            # The copies loaded after it import it (by name or as a module) while loading.
+            mp.setitem(sys.modules, f"prefillkit.sched.{name}", copies[name])
+            mp.setattr(prefillkit.sched, name, copies[name])
+    cls: type = copies["scheduler"].Scheduler
     return cls
 
 
@@ -245,7 +262,8 @@ def _checker(name: str) -> Callable[[fz.Scenario], None]:
 
 @pytest.mark.parametrize("m", MUTATIONS, ids=[m.name for m in MUTATIONS])
 def test_fuzz_catches_mutation(m: Mutation, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_mod, "Scheduler", _mutated_scheduler(m, monkeypatch))
+    # NOTE: the factory's parameters are the Scheduler's.
+    monkeypatch.setattr(engine_mod, "build_scheduler", _mutated_scheduler(m))
     check = _checker(m.check)
     seen: list[str] = []
     tried = [0]

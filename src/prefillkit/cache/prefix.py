@@ -2,7 +2,7 @@
 """The prefix cache: a radix tree over key chains with a device tier (L1) and an
 optional host tier (L2).
 
-Design (see README "Cache design"):
+Design (see docs/cache.md):
 - Nodes are maximal runs of key units (path-compressed). ``index`` maps every key to the
   node holding it, so a match is a binary search over the request's key chain with dict
   lookups: O(log n) lookups, no per-pass hashing, no tree walk. This works because the
@@ -28,7 +28,6 @@ from __future__ import annotations
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
-from random import Random
 
 from prefillkit.cache.events import BlockLoadedBack, BlockRemoved, BlockStored, KVListener
 from prefillkit.cache.host import HostTier
@@ -149,10 +148,6 @@ class PrefixCache:
         # every new node. NOTE: None (the default) records nothing.
         self.changed_nodes: list[Node] | None = None
         self.new_heads: list[int] | None = None
-        # The ``random`` policy's generator, ``(seed, generator)``, created by
-        # sched/policy.py on first use: one per cache (= per scheduler), so a run's
-        # shuffles are a function of its seed alone. NOTE: the cache never reads it.
-        self.random_order_state: tuple[int, Random] | None = None
         # NOTE: shared by every node off the device; never mutated (no node's page table
         # is: splits, merges, evictions and load-backs bind new ones).
         self._no_pages = empty_table(pool.cp_size)

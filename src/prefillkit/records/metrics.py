@@ -173,11 +173,11 @@ class BatchRecord:
             load_back_tokens=step.load_back_tokens,
             buffer_bytes=step.buffer_bytes,
             lead_class=step.lead_class,
-            closed_by=step.closed_by,
+            closed_by=step.stop_reason._value_,
             has_chunked=step.has_chunked,
             waiting_len=step.waiting_len,
             skips=step.skips,
-            defers=step.defers,
+            defers=step.skips,  # NOTE: equal by construction; the CSV keeps its column
         )
 
 
@@ -318,7 +318,7 @@ def request_values(
         req.retractions,
         req.requeue_recomputed_tokens,
         req.requeue_lost_s,
-        req.head_defers,  # affinity_skips
+        req.affinity_skips,
         cache_class,
         " ".join(map(str, batch_ids)),
     ]

@@ -1,16 +1,16 @@
 # Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """The scheduler's own settings: the admission knobs and nothing else.
 
-:class:`SchedulerConfig` is what :class:`~prefillkit.sched.scheduler.Scheduler` reads. It
+:class:`SchedulerConfig` is what the scheduler (``sched/interface.py``) reads. It
 knows no model, GPU, memory sizing or simulator setting: the pool size (pages) and the key
-unit are constructor arguments of the scheduler, given by whoever sized the memory. Field
+unit are arguments of ``build_scheduler``, given by whoever sized the memory. Field
 names are SGLang's ``ServerArgs`` names, so a field ``chunked_prefill_size`` is the flag
 ``--chunked-prefill-size``; every error names the flag in one line.
 
 An engine builds it from its own values in a few lines::
 
     from prefillkit.sched.config import SchedulerConfig
-    from prefillkit.sched.scheduler import Scheduler
+    from prefillkit.sched.interface import build_scheduler
 
     cfg = SchedulerConfig(
         page_size=server_args.page_size,
@@ -19,7 +19,7 @@ An engine builds it from its own values in a few lines::
         schedule_policy=server_args.schedule_policy,
         enable_hierarchical_cache=server_args.enable_hierarchical_cache,
     )
-    sched = Scheduler(cfg, total_pages=pool_tokens // cfg.page_size, key_tokens=cfg.page_size)
+    sched = build_scheduler(cfg, pool_tokens // cfg.page_size, key_tokens=cfg.page_size)
 
 Normalisations at construction (the stored values are canonical): ``chunked_prefill_size``,
 ``lpm_fallback_queue_len`` and ``schedule_max_wait_s`` of ``-1`` become ``None`` (off), as
@@ -163,6 +163,14 @@ class SchedulerConfig:
         self._validate()
 
     def _validate(self) -> None:
+        """Every field alone, then the combinations (the first failure raises)."""
+        self._validate_admission()
+        self._validate_cp_affinity()
+        self._validate_combinations()
+        if self.cp_prefill_mix_chunked:
+            self._validate_mix_chunked()
+
+    def _validate_admission(self) -> None:
         page = self.page_size
         check_positive("page_size", page)
         check_positive("max_prefill_tokens", self.max_prefill_tokens)
@@ -206,6 +214,8 @@ class SchedulerConfig:
         )
         check_positive("hicache_write_through_threshold", self.hicache_write_through_threshold)
         check_non_negative("hicache_load_back_threshold", self.hicache_load_back_threshold)
+
+    def _validate_cp_affinity(self) -> None:
         check_positive("cp_size", self.cp_size)
         check_positive("cp_shared_kv_prefill_max_requests", self.cp_shared_kv_prefill_max_requests)
         check_positive(
@@ -227,7 +237,8 @@ class SchedulerConfig:
         check_choice("schedule_policy", self.schedule_policy, SCHEDULE_POLICIES)
         check_choice("hicache_write_policy", self.hicache_write_policy, WRITE_POLICIES)
 
-        # Combinations.
+    def _validate_combinations(self) -> None:
+        page = self.page_size
         if self.enable_priority_scheduling and self.schedule_policy not in PRIORITY_POLICIES:
             fail(
                 "enable_priority_scheduling",
@@ -253,30 +264,31 @@ class SchedulerConfig:
                 "cp_shared_kv_prefill_max_total_extend_tokens",
                 f"must be a multiple of --page-size {page}, got {extend}",
             )
-        if self.cp_prefill_mix_chunked:
-            if not self.enable_cp_shared_kv_prefill_bs_gt1:
-                fail("cp_prefill_mix_chunked", "requires --enable-cp-shared-kv-prefill-bs-gt1")
-            if self.cp_extend_cap is None:
-                fail(
-                    "cp_prefill_mix_chunked",
-                    "requires an extend cap: --cp-shared-kv-prefill-max-total-extend-tokens "
-                    "or --chunked-prefill-size",
-                )
-            if self.cp_shared_kv_prefill_max_requests is None:
-                fail(
-                    "cp_prefill_mix_chunked",
-                    "requires --cp-shared-kv-prefill-max-requests "
-                    "(one staging page of tail slack per request)",
-                )
-            cap_pages, slack_pages, _ = self.staging_identity()
-            given = self.cp_symm_staging_pages
-            if given is not None and given != cap_pages + slack_pages:
-                fail(
-                    "cp_symm_staging_pages",
-                    f"{given} breaks the staging identity with --cp-prefill-mix-chunked: "
-                    f"extend cap {cap_pages} pages + request slack {slack_pages} pages "
-                    f"= {cap_pages + slack_pages}",
-                )
+
+    def _validate_mix_chunked(self) -> None:
+        if not self.enable_cp_shared_kv_prefill_bs_gt1:
+            fail("cp_prefill_mix_chunked", "requires --enable-cp-shared-kv-prefill-bs-gt1")
+        if self.cp_extend_cap is None:
+            fail(
+                "cp_prefill_mix_chunked",
+                "requires an extend cap: --cp-shared-kv-prefill-max-total-extend-tokens "
+                "or --chunked-prefill-size",
+            )
+        if self.cp_shared_kv_prefill_max_requests is None:
+            fail(
+                "cp_prefill_mix_chunked",
+                "requires --cp-shared-kv-prefill-max-requests "
+                "(one staging page of tail slack per request)",
+            )
+        cap_pages, slack_pages, _ = self.staging_identity()
+        given = self.cp_symm_staging_pages
+        if given is not None and given != cap_pages + slack_pages:
+            fail(
+                "cp_symm_staging_pages",
+                f"{given} breaks the staging identity with --cp-prefill-mix-chunked: "
+                f"extend cap {cap_pages} pages + request slack {slack_pages} pages "
+                f"= {cap_pages + slack_pages}",
+            )
 
     # ----------------------------------------------------------------- derived values
     @property

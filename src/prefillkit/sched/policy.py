@@ -36,16 +36,12 @@ def order_lof(waiting: list[Request]) -> list[Request]:
     return sorted(waiting, key=lambda r: -r.max_new_tokens)
 
 
-def order_random(waiting: list[Request], cache: PrefixCache, seed: int) -> list[Request]:
-    """A uniform shuffle (upstream ``random``), deterministic for a given seed: the
-    scheduler's passes draw from one generator seeded with ``seed``."""
-    # NOTE: one generator per cache (= per scheduler), created from the seed on first
-    # use: a run's sequence of shuffles is a function of its seed alone.
-    state = cache.random_order_state
-    if state is None or state[0] != seed:
-        state = cache.random_order_state = (seed, random.Random(seed))
+def order_random(waiting: list[Request], rng: random.Random) -> list[Request]:
+    """A uniform shuffle (upstream ``random``) drawn from ``rng``: the scheduler's passes
+    draw from one generator seeded with its ``seed``, so a run's sequence of shuffles is
+    a function of the seed alone."""
     out = list(waiting)
-    state[1].shuffle(out)
+    rng.shuffle(out)
     return out
 
 
@@ -337,12 +333,13 @@ def order_waiting(
     priority: bool = False,
     low_priority_values_first: bool = False,
     lpm_fallback_queue_len: int | None = None,
-    seed: int = 0,
+    rng: random.Random | None = None,
     now: float = 0.0,
     max_wait_s: float | None = None,
     priority_aging: bool = False,
 ) -> tuple[list[Request], str]:
-    """Order the queue; returns (order, policy actually used). ``seed`` seeds ``random``.
+    """Order the queue; returns (order, policy actually used). ``random`` draws from
+    ``rng`` (the scheduler's generator; None: a fresh one seeded 0).
 
     ``waiting`` must be in arrival order. The wait bound (aging): with ``max_wait_s`` set,
     every request that has waited ``>= max_wait_s`` seconds at ``now`` (the queue's aged
@@ -358,7 +355,7 @@ def order_waiting(
     k = 0
     if max_wait_s is not None and (priority or policy != "fcfs"):
         k = aged_prefix_len(waiting, now, max_wait_s)
-    args = (policy, cache, priority, low_priority_values_first, lpm_fallback_queue_len, seed)
+    args = (policy, cache, priority, low_priority_values_first, lpm_fallback_queue_len, rng)
     if k == 0:
         return _order_policy(waiting, *args, len(waiting))
     rest, used = _order_policy(waiting[k:], *args, len(waiting))
@@ -372,7 +369,7 @@ def _order_policy(
     priority: bool,
     low_priority_values_first: bool,
     lpm_fallback_queue_len: int | None,
-    seed: int,
+    rng: random.Random | None,
     queue_len: int,
 ) -> tuple[list[Request], str]:
     """The policy's own order of ``waiting`` (``queue_len``: the whole queue's length)."""
@@ -391,5 +388,5 @@ def _order_policy(
     if policy == "dfs-weight":
         return order_dfs_weight(waiting, cache), "dfs-weight"
     if policy == "random":
-        return order_random(waiting, cache, seed), "random"
+        return order_random(waiting, random.Random(0) if rng is None else rng), "random"
     raise ValueError(f"unknown schedule policy {policy!r}")

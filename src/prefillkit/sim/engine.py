@@ -2,7 +2,7 @@
 """The discrete-event engine loop: arrivals -> admission pass -> forward -> completion.
 
 A heap of ``(time, priority, seq, kind, payload)`` events; no wall-clock sleeps. The
-engine drives :class:`prefillkit.sched.scheduler.Scheduler` exactly as a serving engine
+engine drives the scheduler (``prefillkit.sched.interface``) exactly as a serving engine
 would and asks the cost model how long each forward takes: one ``breakdown`` call per
 batch, whose ``"total"`` is the forward time and whose terms go to ``batches.csv``. Each
 batch is recorded in a :class:`~prefillkit.records.metrics.BatchTrace` (which requests ran in
@@ -47,8 +47,7 @@ from prefillkit.records.steady import (
 from prefillkit.records.stream_summary import BusyChunks
 from prefillkit.request import SESSION, ReqStatus, Request
 from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
-from prefillkit.sched.interface import SchedulerInterface, StepOutput
-from prefillkit.sched.scheduler import Scheduler
+from prefillkit.sched.interface import SchedulerInterface, StepOutput, build_scheduler
 from prefillkit.sim.closed_loop import SessionGate
 from prefillkit.sim.decode_steps import DecodeSteps
 
@@ -208,7 +207,7 @@ class Engine:
         self.colocated = cfg.mode == "colocated"
         # NOTE: the loop drives the scheduler through its typed interface only
         # (tests/test_interface.py checks it).
-        self.sched: SchedulerInterface = Scheduler(
+        self.sched: SchedulerInterface = build_scheduler(
             cfg.scheduler,
             self.dep.total_pages,
             self.dep.key_tokens,
