@@ -18,16 +18,15 @@ tests/test_bad_inputs.py does) to keep the fuzz within a few seconds.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from cli_support import cli_batch
 
 #: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
 pytestmark = pytest.mark.interpreted
@@ -35,22 +34,6 @@ pytestmark = pytest.mark.interpreted
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 33
 
-DRIVER = """
-import contextlib, io, json, sys, traceback
-from prefillkit.cli import run
-
-results = []
-for argv in json.load(sys.stdin):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = run(argv)
-        except BaseException:
-            traceback.print_exc()
-            code = -1
-    results.append({"code": code, "stderr": err.getvalue()})
-json.dump(results, sys.stdout)
-"""
 
 MOONCAKE_ROWS: list[dict[str, Any]] = [
     {"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [0, 1]},
@@ -259,20 +242,7 @@ def _cases(tmp: Path) -> list[tuple[str, Path, list[str]]]:
 
 
 def _run_all(argvs: list[list[str]]) -> list[dict[str, Any]]:
-    env = dict(os.environ)
-    env.pop("PREFILLKIT_DEBUG", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER],
-        input=json.dumps(argvs),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    results: list[dict[str, Any]] = json.loads(proc.stdout)
-    return results
+    return cli_batch(argvs, timeout=300)
 
 
 def test_fuzzed_trace_rows_fail_in_one_line(tmp_path: Path) -> None:

@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from cli_support import cli_batch
+
 #: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
 pytestmark = pytest.mark.interpreted
 
@@ -61,23 +63,6 @@ CASES: list[tuple[str, list[str], dict[str, Any]]] = [
     for name, spec in sorted(CONFIGS.items())
 ]
 
-DRIVER = """
-import contextlib, io, json, sys, traceback
-from prefillkit.cli import run
-
-results = []
-for argv in json.load(sys.stdin):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = run(argv)
-        except BaseException:
-            traceback.print_exc()
-            code = -1
-    results.append({"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
-json.dump(results, sys.stdout)
-"""
-
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
@@ -90,17 +75,7 @@ def _env() -> dict[str, str]:
 def driver_results() -> dict[str, dict[str, Any]]:
     """Run every case in one fresh interpreter; results by case name."""
     argvs = [argv for _, argv, _ in CASES]
-    proc = subprocess.run(
-        [sys.executable, "-c", DRIVER],
-        input=json.dumps(argvs),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=_env(),
-    )
-    assert proc.returncode == 0, proc.stderr
-    results = json.loads(proc.stdout)
+    results = cli_batch(argvs, timeout=600)
     return {name: res for (name, _, _), res in zip(CASES, results, strict=True)}
 
 

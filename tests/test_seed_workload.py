@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from cli_support import cli
 from prefillkit.app.replay import WorkloadSpec, generate_records
 from prefillkit.workloads.generators import (
     SEED_AGENTIC,
@@ -30,19 +29,6 @@ pytestmark = pytest.mark.interpreted
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 16384  # chunked_prefill_size of the seed deployment
-
-
-def run_cli(*args: str | os.PathLike[str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("PREFILLKIT_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "prefillkit.cli", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -206,7 +192,7 @@ def test_every_generator_parameter_has_an_option() -> None:
 
 def generate(tmp_path: Path, *args: str, name: str = "w.jsonl") -> tuple[Path, str]:
     out = tmp_path / name
-    proc = run_cli("generate", *args, "-o", out)
+    proc = cli("generate", *args, "-o", out)
     assert proc.returncode == 0, proc.stderr
     return out, proc.stderr
 
@@ -262,20 +248,20 @@ def test_single_number_is_a_fixed_range(tmp_path: Path) -> None:
 )
 def test_bad_generator_flags(tmp_path: Path, args: list[str], needles: list[str]) -> None:
     out = tmp_path / "never.jsonl"
-    assert_one_line_error(run_cli("generate", *args, "-o", out), *needles)
+    assert_one_line_error(cli("generate", *args, "-o", out), *needles)
     assert not out.exists()
 
 
 def test_bad_flags_on_replay_too() -> None:
-    assert_one_line_error(run_cli("replay", "--agentic-turns", "5,2"), "'--agentic-turns'")
+    assert_one_line_error(cli("replay", "--agentic-turns", "5,2"), "'--agentic-turns'")
     assert_one_line_error(
-        run_cli("replay", "--trace", "x.jsonl", "--agentic-turns", "5,6"),
+        cli("replay", "--trace", "x.jsonl", "--agentic-turns", "5,6"),
         "--agentic-turns does not apply with --trace",
     )
 
 
 def test_generate_needs_an_output() -> None:
-    assert_one_line_error(run_cli("generate"), "--output")
+    assert_one_line_error(cli("generate"), "--output")
 
 
 # --------------------------------------------------------------------------- TOML table
@@ -303,7 +289,7 @@ def test_workload_table(tmp_path: Path) -> None:
     want2 = seed_agentic(num_sessions=4, turns_per_session=(2, 3), session_arrival_rate=0.5, seed=1)
     assert load_records(out2, "jsonl")[0] == want2
     # replay reads the same table (and its [prefillkit] settings).
-    proc = run_cli("replay", "--config", cfg, "--json", "-q")
+    proc = cli("replay", "--config", cfg, "--json", "-q")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["workload"]["generator"] == "seed" and doc["workload"]["num_sessions"] == 8
@@ -345,7 +331,7 @@ def test_bad_workload_tables(tmp_path: Path, text: str, needles: list[str]) -> N
     cfg = write_toml(tmp_path / "bad.toml", text)
     for command in ("generate", "replay"):
         args = ["-o", str(tmp_path / "x.jsonl")] if command == "generate" else []
-        line = assert_one_line_error(run_cli(command, "--config", cfg, *args), *needles)
+        line = assert_one_line_error(cli(command, "--config", cfg, *args), *needles)
         assert str(cfg) in line
 
 
@@ -356,7 +342,7 @@ def test_generator_flag_replaces_the_tables_generator(tmp_path: Path) -> None:
     assert "generator gsp" in note
     assert len(load_records(out, "jsonl")[0]) == 4
     # A trace replaces a generated workload: the table is not used.
-    proc = run_cli("replay", "--config", cfg, "--trace", out, "--json", "-q")
+    proc = cli("replay", "--config", cfg, "--trace", out, "--json", "-q")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["workload"]["kind"] == "trace"
 
@@ -380,7 +366,7 @@ def test_generate_round_trip(tmp_path: Path) -> None:
 
     runs = []
     for args in (gen, ["--trace", str(out)]):
-        proc = run_cli("replay", *args, "--seed", "7", "--chunked-prefill-size", "16384",
+        proc = cli("replay", *args, "--seed", "7", "--chunked-prefill-size", "16384",
                        "--json", "-q")  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         runs.append(json.loads(proc.stdout))
@@ -388,7 +374,7 @@ def test_generate_round_trip(tmp_path: Path) -> None:
     assert runs[0]["metrics"]["requests"] == len(records)
     assert runs[0]["metrics"]["mean_chunks_per_request"] > 1.0  # cold first turns chunk
 
-    proc = run_cli("trace-stats", out, "--json")
+    proc = cli("trace-stats", out, "--json")
     assert proc.returncode == 0, proc.stderr
     stats = json.loads(proc.stdout)
     assert stats["num_requests"] == len(records)
@@ -424,5 +410,5 @@ def test_generate_writes_atomically(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.jsonl"]  # no temp file left
     missing = tmp_path / "no" / "such" / "dir.jsonl"
     assert_one_line_error(
-        run_cli("generate", "--agentic-sessions", "2", "-o", missing), "--output", str(missing)
+        cli("generate", "--agentic-sessions", "2", "-o", missing), "--output", str(missing)
     )
