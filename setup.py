@@ -34,6 +34,8 @@ COMPILED = [
     "src/prefillkit/cache/pages.py",
     "src/prefillkit/cache/pool.py",
     "src/prefillkit/cache/prefix.py",
+    "src/prefillkit/cache/lookup.py",
+    "src/prefillkit/cache/tiers.py",
     "src/prefillkit/sched/adder.py",
     "src/prefillkit/sched/affinity.py",
     "src/prefillkit/sched/batch.py",

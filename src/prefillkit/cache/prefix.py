@@ -27,103 +27,16 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict
-from dataclasses import dataclass
 
-from prefillkit.cache.events import BlockLoadedBack, BlockRemoved, BlockStored, KVListener
+from prefillkit.cache.events import BlockStored, KVListener
 from prefillkit.cache.host import HostTier
+from prefillkit.cache.lookup import LoadBack, MatchResult, tail_units_needed
 from prefillkit.cache.node import Node
 from prefillkit.cache.pages import empty_table, global_ids
 from prefillkit.cache.pool import KVPool, lane_split
+from prefillkit.cache.tiers import backup, evict_device, finish_load_back, load_back
 
-
-@dataclass(slots=True, init=False)
-class MatchResult:
-    """Longest cached prefix of a key chain.
-
-    ``node`` is the node holding the last matched unit (root when nothing matched);
-    ``device_node`` is the deepest fully device-resident node on the path.
-    """
-
-    node: Node
-    units: int
-    device_node: Node
-    device_units: int
-
-    # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
-    # ReqShape).
-    def __init__(self, node: Node, units: int, device_node: Node, device_units: int) -> None:
-        self.node = node
-        self.units = units
-        self.device_node = device_node
-        self.device_units = device_units
-
-    @property
-    def host_units(self) -> int:
-        return self.units - self.device_units
-
-
-@dataclass(slots=True, init=False)
-class LoadBack:
-    """A completed host -> device load of the path ``(boundary, deepest]``.
-
-    The loaded nodes stay host-locked until ``finish_load_back``. Splits of loaded nodes
-    keep both halves between ``boundary`` and ``deepest``, so the walk stays exact.
-    ``copies``: per loaded node, in sequence order, ``(start_page, host slots, device
-    lane table)`` (page arrays, cache/pages.py; copies, not the nodes' own): host slot
-    ``k`` of a node goes to its ``k``-th page, sequence page ``start_page + k``.
-    """
-
-    deepest: Node
-    boundary: Node
-    pages: int
-    tokens: int
-    copies: tuple[tuple[int, array[int], list[array[int]]], ...] = ()
-
-    # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
-    # ReqShape).
-    def __init__(
-        self,
-        deepest: Node,
-        boundary: Node,
-        pages: int,
-        tokens: int,
-        copies: tuple[tuple[int, array[int], list[array[int]]], ...] = (),
-    ) -> None:
-        self.deepest = deepest
-        self.boundary = boundary
-        self.pages = pages
-        self.tokens = tokens
-        self.copies = copies
-
-    def copy_pairs(self) -> list[tuple[int, int]]:
-        """``(host slot, engine-facing device page id)`` per loaded page, in order."""
-        out: list[tuple[int, int]] = []
-        for start, slots, table in self.copies:
-            out.extend(zip(slots.tolist(), global_ids(table, start), strict=True))
-        return out
-
-
-def tail_units_needed(short: list[int], end_page: int, n_units: int, unit_pages: int) -> int:
-    """Fewest units at the end of a node (``n_units`` units of ``unit_pages`` pages,
-    ending at page ``end_page``) whose pages cover ``short[j]`` pages of each owner lane
-    ``j``; ``n_units`` when even the whole node does not.
-
-    NOTE: page p is in lane p mod cp, so a tail of T pages ending at ``end_page`` holds
-    lane j's pages at distances d_j, d_j + cp, ... from its last page
-    (d_j = (end_page - 1 - j) mod cp): it covers a shortfall s > 0 iff
-    T >= d_j + (s - 1) cp + 1; and at least ``sum(short)`` pages are needed in all.
-    """
-    cp = len(short)
-    k = min(n_units, max(1, -(-sum(short) // unit_pages)))
-    if cp == 1:
-        return k
-    pages = 0
-    for j, s in enumerate(short):
-        if s:
-            t = (end_page - 1 - j) % cp + (s - 1) * cp + 1
-            if t > pages:
-                pages = t
-    return min(n_units, max(k, -(-pages // unit_pages)))
+__all__ = ["LoadBack", "MatchResult", "PrefixCache", "tail_units_needed"]
 
 
 class PrefixCache:
@@ -376,7 +289,7 @@ class PrefixCache:
         while node is not self.root:
             node.hit_count += 1
             if not node.on_host and node.hit_count >= threshold:
-                self._backup(node)
+                backup(self, node)
             parent = node.parent
             assert parent is not None  # NOTE: only the root has no parent
             node = parent
@@ -387,7 +300,7 @@ class PrefixCache:
         if host is not None and host.write_policy == "write_through_selective":
             node.hit_count += 1
             if not node.on_host and node.hit_count >= host.write_through_threshold:
-                self._backup(node)
+                backup(self, node)
 
     # ------------------------------------------------------------------ structure
     def _split(self, node: Node, units: int) -> Node:
@@ -502,7 +415,7 @@ class PrefixCache:
                 self._add_evictable(new)
                 if self.host is not None:
                     if self.host.write_policy == "write_through":
-                        self._backup(new)
+                        backup(self, new)
                     else:
                         self._insert_hit(new)  # the creating request's hit
                 node = new
@@ -590,10 +503,10 @@ class PrefixCache:
                     head = self._split(node, node.end - k)
                     lru.move_to_end(head, last=False)  # NOTE: after NODE is gone, a leaf
                     del lru[node]
-                    self._evict_device(node)
+                    evict_device(self, node)
                     continue
             node, _ = lru.popitem(last=False)
-            self._evict_device(node)
+            evict_device(self, node)
         return True
 
     split_evictions: bool = True
@@ -614,7 +527,7 @@ class PrefixCache:
         while freed < need and self.lru:
             node, _ = self.lru.popitem(last=False)
             freed += node.n_pages
-            self._evict_device(node)
+            evict_device(self, node)
         return freed
 
     def make_room(self, lanes: list[int]) -> bool:
@@ -664,156 +577,11 @@ class PrefixCache:
         self.pool.alloc_owned(lanes)
         return True
 
-    def _evict_device(self, node: Node) -> None:
-        """``node`` was popped from the LRU: free its device pages."""
-        self.pool.give_cached(node.pages, node.lane_pages)
-        node.pages = self._no_pages
-        if self.changed_nodes is not None:
-            self.changed_nodes.append(node)
-        if self.kv_listener is not None:
-            self.kv_listener(BlockRemoved(tuple(node.keys), node.start, "GPU"))
-        self.evictable_pages -= node.n_pages
-        ev = self.evictable_lanes
-        for i, n in enumerate(node.lane_pages):
-            ev[i] -= n
-        node.on_device = False
-        self.device_evicted_pages += node.n_pages
-        host = self.host
-        if host is not None and (
-            node.on_host or (host.write_policy == "write_back" and self._backup(node))
-        ):
-            if node.host_lock_ref == 0:
-                host.lru[node] = None
-            return
-        self._remove_subtree(node)
-
-    def _remove_subtree(self, node: Node) -> None:
-        """Drop a node that is on no device (and its host-only descendants) from the tree."""
-        stack = [node]
-        host = self.host
-        index = self.index
-        changed = self.changed_nodes
-        while stack:
-            n = stack.pop()
-            stack.extend(n.children.values())
-            # NOTE: the removed nodes drop their links (parent <-> children cycles), so
-            # reference counting frees them at once: nothing follows a removed node's
-            # links (it is on neither tier, which refresh_match checks first).
-            n.children.clear()
-            if n is not node:
-                n.parent = None
-            if changed is not None:
-                changed.append(n)
-            for key in n.keys:
-                del index[key]
-            if n.on_host and host is not None:
-                host.give_slots(n.host_slots)
-                n.host_slots = array("q")
-                host.evicted_pages += n.n_pages
-                host.lru.pop(n, None)
-                n.on_host = False
-                if self.kv_listener is not None:
-                    self.kv_listener(BlockRemoved(tuple(n.keys), n.start, "CPU"))
-        parent = node.parent
-        assert parent is not None  # NOTE: an evicted node is never the root
-        del parent.children[node.keys[0]]
-        node.parent = None
-
-    # ------------------------------------------------------------------ host tier
-    def _host_make_room(self, n_pages: int) -> bool:
-        host = self.host
-        assert host is not None
-        if n_pages > host.capacity_pages:
-            return False
-        while host.capacity_pages - host.used_pages < n_pages:
-            if not host.lru:
-                return False
-            victim, _ = host.lru.popitem(last=False)
-            self._remove_subtree(victim)
-        return True
-
-    def _backup(self, node: Node) -> bool:
-        """Write a device node to host (if there is or can be made room)."""
-        host = self.host
-        if host is None:
-            return False
-        if node.on_host:
-            return True
-        if not self._host_make_room(node.n_pages):
-            return False
-        node.on_host = True
-        node.host_slots = host.take_slots(node.n_pages)
-        host.backed_up_pages += node.n_pages
-        if self.kv_listener is not None:
-            self.kv_listener(
-                BlockStored(tuple(node.keys), node.start, "CPU", slots=tuple(node.host_slots))
-            )
-        return True
-
     def load_back(self, device_node: Node, host_node: Node, units: int) -> LoadBack | None:
-        """Load the host-only path below ``device_node`` through unit ``units`` to device.
-
-        The caller holds a lock on ``device_node``. All or nothing: on success the
-        loaded nodes are device resident, host-locked until :meth:`finish_load_back`,
-        and the caller's lock has moved to ``LoadBack.deepest``; on failure nothing
-        changed (apart from a possible split) and None is returned.
-        """
-        if self._tentative is not None:
-            self._commit()
-        if units < host_node.end:
-            host_node = self._split(host_node, units)
-        path: list[Node] = []
-        lanes = [0] * self.cp_size
-        n = host_node
-        while n is not device_node:
-            path.append(n)
-            for i, c in enumerate(n.lane_pages):
-                lanes[i] += c
-            parent = n.parent
-            assert parent is not None  # NOTE: only the root has no parent
-            n = parent
-        if not self.can_make_room(lanes):
-            return None
-        host = self.host
-        assert host is not None
-        for n in path:  # NOTE: host-lock first so host eviction cannot take the path
-            n.host_lock_ref += 1
-            host.lru.pop(n, None)
-        if not self.evict_for(lanes):  # pragma: no cover - guarded by can_make_room
-            raise AssertionError("eviction fell short of can_make_room")
-        pages = 0
-        copies: list[tuple[int, array[int], list[array[int]]]] = []
-        u = self.unit_pages
-        listener = self.kv_listener
-        for n in path:  # NOTE: deepest first, keeping children before parents in the LRU
-            table = self.pool.take_cached(n.lane_pages)
-            assert table is not None  # NOTE: evict_for made room for the whole path
-            n.pages = table
-            n.on_device = True
-            if self.changed_nodes is not None:
-                self.changed_nodes.append(n)
-            self._add_evictable(n)
-            pages += n.n_pages
-            copies.append((n.start * u, n.host_slots[:], [t[:] for t in table]))
-        self.lock(host_node, host_node.end)
-        self._commit()  # NOTE: the lock moves; it is not a candidate's tentative lock
-        self.unlock(device_node)
-        copies.reverse()  # NOTE: root side first: sequence order
-        if listener is not None:
-            for n, (start, slots, table) in zip(reversed(path), copies, strict=True):
-                pairs = zip(slots.tolist(), global_ids(table, start), strict=True)
-                listener(BlockLoadedBack(tuple(n.keys), n.start, tuple(pairs)))
-        return LoadBack(host_node, device_node, pages, pages * self.page_size, tuple(copies))
+        """Load the host-only path below ``device_node`` through unit ``units`` to device
+        (cache/tiers.py :func:`~prefillkit.cache.tiers.load_back`)."""
+        return load_back(self, device_node, host_node, units)
 
     def finish_load_back(self, lb: LoadBack) -> None:
         """The transfer completed: release the host locks taken by :meth:`load_back`."""
-        if self._tentative is not None:
-            self._commit()
-        host = self.host
-        assert host is not None
-        n: Node | None = lb.deepest
-        while n is not lb.boundary and n is not None:
-            n.host_lock_ref -= 1
-            if n.host_lock_ref == 0 and n.on_host and not n.on_device:
-                host.lru[n] = None
-            n = n.parent
+        finish_load_back(self, lb)
