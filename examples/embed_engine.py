@@ -24,12 +24,16 @@ def main(n_requests: int = 40, seed: int = 0) -> None:
     engine: SchedulerInterface = build_scheduler(cfg, PAGES, PAGE)
     kv: list[tuple[int, ...] | None] = [None] * PAGES  # page id -> the tokens it holds
     prompts = [[rng.randrange(50) for _ in range(8)] for _ in range(3)]  # shared prefixes
+    requests: dict[str, Request] = {}  # the engine's own requests, by id (a step names ids)
     live: dict[str, Request] = {}
     tokens_of: dict[str, list[int]] = {}  # the toy executor's prompts
     for i in range(n_requests):
         tokens = rng.choice(prompts) + [rng.randrange(1000) for _ in range(rng.randrange(1, 60))]
         tokens_of[f"r{i}"] = tokens
-        engine.add_request(Request.from_tokens(f"r{i}", tokens, page_size=PAGE, max_new_tokens=4))
+        req = requests[f"r{i}"] = Request.from_tokens(
+            f"r{i}", tokens, page_size=PAGE, max_new_tokens=4
+        )
+        engine.add_request(req)
     now = 0.0
     while engine.has_work:
         step = engine.schedule(now)
@@ -44,7 +48,7 @@ def main(n_requests: int = 40, seed: int = 0) -> None:
                 assert held.get(pid, s.rid) == s.rid, f"{s.rid} got page {pid}: {held[pid]}'s"
                 held[pid] = s.rid
                 kv[pid] = tuple(toks[j * PAGE : min((j + 1) * PAGE, s.extend_end)])
-            live[s.rid] = s.req
+            live[s.rid] = requests[s.rid]
         now += 1.0
         for req in engine.forward_done(step, now):
             engine.finish(req, now)  # pd-prefill: KV sent out at once

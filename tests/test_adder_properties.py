@@ -135,7 +135,7 @@ def check_batch(sched: Scheduler, batch: StepOutput, chunked_before: Request | N
     """The limits of one admitted batch (SPEC §2, §4): only a lone request may exceed."""
     lim = sched.state.limits
     p = sched.state.page_size
-    reqs = [s.req for s in batch.reqs]
+    reqs = [sched.state.running[s.rid] for s in batch.reqs]
     n = len(reqs)
     exts = [ceil_to(r.extend_input_len, p) for r in reqs]
     assert n >= 1 and all(r.extend_input_len > 0 for r in reqs)

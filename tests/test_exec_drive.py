@@ -125,16 +125,17 @@ def drive(
         step = sched.schedule(float(step_no))
         if step.reqs:
             if execute:
-                driver.forward(step)
+                driver.forward(step, [sched.state.running[s.rid] for s in step.reqs])
             else:
-                run.plans.append(driver.plan(step))
+                run.plans.append(driver.plan(step, [sched.state.running[s.rid] for s in step.reqs]))
             run.load_backs += sum(len(s.load_back) for s in step.reqs)
             run.chunks += sum(s.is_chunk for s in step.reqs)
             used = {s.rid: s.prefix_page_ids() + s.page_ids() for s in step.reqs}
+            reqs = {s.rid: sched.state.running[s.rid] for s in step.reqs}
             for req in sched.forward_done(step, float(step_no) + 0.5):
                 holding.append((step_no + rng.randrange(0, 4), req))
             for s in step.reqs:
-                if sched.page_table(s.req)[: len(used[s.rid])] != used[s.rid]:
+                if sched.page_table(reqs[s.rid])[: len(used[s.rid])] != used[s.rid]:
                     run.dedups += 1  # its duplicate pages were freed for the cached ones
         for due, req in [h for h in holding if h[0] <= step_no]:
             sched.finish(req, float(step_no))

@@ -85,7 +85,7 @@ from prefillkit.records.metrics import request_row
 from prefillkit.records.output import summary_document, write_run
 from prefillkit.request import ReqStatus, Request, block_key_chain
 from prefillkit.sched.buffer import BufferEstimatorContext, BufferReqShape, estimate_buffer_bytes
-from prefillkit.sched.interface import StepOutput
+from prefillkit.sched.interface import BatchLead, StepOutput
 from prefillkit.sched.state import SchedulerState
 from prefillkit.sched.waiting import never_fits_reason
 from prefillkit.sim.engine import Engine, SimResult
@@ -526,10 +526,10 @@ def _instrument(engine: Engine) -> list[PassLog]:
                         f">= bound {bound} s and was passed over by {younger} at {now}"
                     )
         if batch is not None:
-            for s in batch.reqs:
-                seen_times(s.req, entry.moved)
-            for s in batch.reqs:
-                r = s.req
+            batch_reqs = [state.running[s.rid] for s in batch.reqs]
+            for r in batch_reqs:
+                seen_times(r, entry.moved)
+            for r in batch_reqs:
                 fresh = r.rid in before
                 entry.shapes.append(
                     Shape(
@@ -545,7 +545,9 @@ def _instrument(engine: Engine) -> list[PassLog]:
                 )
                 if fresh:
                     entry.ref_bound[r.rid] = _ref_hit(ref, r)
-            in_flight[id(batch)] = [(s.req, s.extend_end) for s in batch.reqs]
+            in_flight[id(batch)] = [
+                (r, s.extend_end) for r, s in zip(batch_reqs, batch.reqs, strict=True)
+            ]
         entry.running_after = len(state.running)
         log.append(entry)
         return step
@@ -781,7 +783,7 @@ def check_affinity(engine: Engine, result: SimResult, log: list[PassLog]) -> Non
             continue
         assert state.affinity_on, "a request was skipped with affinity off"
         # A skip happens only behind a warm-led batch, which this pass launches.
-        assert p.batch is not None and p.batch.lead_class == "warm", p
+        assert p.batch is not None and p.batch.lead_class is BatchLead.WARM, p
         assert len(p.skipped) <= cfg.affinity_skip_window
         for rid in p.skipped:
             skip_times.setdefault(rid, []).append(p.now)

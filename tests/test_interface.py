@@ -17,6 +17,7 @@ from prefillkit.sched import interface
 from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.interface import (
     AdmissionEvent,
+    AdmissionEventKind,
     SchedulerInterface,
     StepOutput,
     build_scheduler,
@@ -172,8 +173,8 @@ def test_admission_observer_sees_candidates_and_stop() -> None:
         s.add_request(req(f"r{i}", list(range(i * 100, i * 100 + 30))))
     step = s.schedule(0.0)
     kinds = [e.kind for e in events]
-    assert kinds[-1] == "stop" and events[-1].reason == step.stop_reason.value
-    cands = [e for e in events if e.kind == "candidate"]
+    assert kinds[-1] is AdmissionEventKind.STOP and events[-1].reason == step.stop_reason.value
+    cands = [e for e in events if e.kind is AdmissionEventKind.CANDIDATE]
     assert [e.rid for e in cands if e.admitted] == [r.rid for r in step.reqs]
     assert all(isinstance(e.rem_total_tokens, float | int) for e in cands)
 

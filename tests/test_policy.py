@@ -76,10 +76,9 @@ def rids(reqs: list[Request]) -> list[str]:
     return [r.rid for r in reqs]
 
 
-def policy_used(step: StepOutput) -> str:
+def policy_used(s: Scheduler, step: StepOutput) -> str:
     """The ordering policy the step's pass used (the scheduler's record of its batch)."""
-    assert step.handle is not None
-    return step.handle.policy_used
+    return s.state.in_flight[step.step_id].policy_used
 
 
 def snapshot(cache: PrefixCache) -> tuple[object, ...]:
@@ -323,13 +322,13 @@ def test_lpm_fallback_through_the_scheduler_upstream_128() -> None:
         s = Scheduler(cfg.scheduler_config(), 4096, PAGE)
         for i in range(n):
             assert s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i), out=4)) is None
-        assert policy_used(s.schedule(1000.0)) == expect
+        assert policy_used(s, s.schedule(1000.0)) == expect
         s.check()
     cfg = Config(page_size=PAGE, schedule_policy="lpm")  # the default: never
     s = Scheduler(cfg.scheduler_config(), 4096, PAGE)
     for i in range(300):
         s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i), out=4))
-    assert policy_used(s.schedule(1000.0)) == "lpm"
+    assert policy_used(s, s.schedule(1000.0)) == "lpm"
 
 
 def test_unknown_policy_raises() -> None:
@@ -490,9 +489,9 @@ def test_random_policy_runs_through_the_scheduler() -> None:
         for i in range(20):
             assert s.add_request(mk(f"r{i}", seq(i + 1, 8), float(i), out=4)) is None
         step = s.schedule(1.0)
-        assert policy_used(step) == "random"
+        assert policy_used(s, step) == "random"
         s.check()
-        return rids([r.req for r in step.reqs])
+        return [r.rid for r in step.reqs]
 
     assert admitted(3) == admitted(3) != admitted(4)
 

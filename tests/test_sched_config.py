@@ -36,7 +36,7 @@ def test_an_engine_builds_it_from_its_own_values() -> None:
     req = Request("a", 0.0, 64, 4, [1, 2, 3, 4], 16)
     assert sched.add_request(req) is None
     step = sched.schedule(0.0)
-    assert [s.req for s in step.reqs] == [req]
+    assert [s.rid for s in step.reqs] == [req.rid]
     assert isinstance(cfg.page_size, int)
 
 

@@ -20,7 +20,7 @@ from prefillkit.cache import PrefixCache, check_invariants
 from prefillkit.request import ReqStatus, Request
 from prefillkit.sched.adder import CloseReason
 from prefillkit.sched.config import SchedulerConfig
-from prefillkit.sched.interface import ScheduledReq, StepOutput
+from prefillkit.sched.interface import AffinityBound, BatchLead, ScheduledReq, StepOutput
 from prefillkit.sched.launch import step_output
 from prefillkit.sched.preempt import outranks, pick_victims
 from prefillkit.sched.prefill_pass import full_pass
@@ -63,9 +63,9 @@ def rids(reqs: Iterable[Request | ScheduledReq]) -> list[str]:
     return [r.rid for r in reqs]
 
 
-def reqs_of(step: StepOutput) -> list[Request]:
-    """The requests a step scheduled."""
-    return [r.req for r in step.reqs]
+def reqs_of(s: Scheduler, step: StepOutput) -> list[Request]:
+    """The requests a step scheduled (the scheduler's running set, by id)."""
+    return [s.state.running[r.rid] for r in step.reqs]
 
 
 def decoding(s: Scheduler) -> int:
@@ -247,9 +247,9 @@ def test_classification_uses_device_plus_host_match_against_the_floor() -> None:
     s.check()
     assert batch.reqs
     assert rids(batch.reqs) == ["lead", "split", "floor"]
-    assert batch.lead_class == "warm" and batch.skips == 3
+    assert batch.lead_class is BatchLead.WARM and batch.skips == 3
     assert rids(s.state.waiting) == ["dev60", "host32", "none"]
-    split = batch.reqs[1].req
+    split = reqs_of(s, batch)[1]
     assert (split.device_hit_tokens, split.host_hit_tokens) == (32, 32)  # loaded back
 
 
@@ -269,8 +269,8 @@ def test_classification_is_redone_from_each_pass_match() -> None:
     b2 = s.schedule(5.0)
     s.check()
     assert b2.reqs and rids(b2.reqs) == ["c", "w3"]
-    assert b2.lead_class == "warm"  # c is warm now: 80 cached tokens
-    assert b2.reqs[0].req.device_hit_tokens == 80
+    assert b2.lead_class is BatchLead.WARM  # c is warm now: 80 cached tokens
+    assert reqs_of(s, b2)[0].device_hit_tokens == 80
 
 
 # ---------------------------------------------------------------- affinity: a skip touches nothing
@@ -341,7 +341,7 @@ def test_lead_is_fixed_by_the_first_admitted_request() -> None:
         s.add_request(r)
     b = s.schedule(4.0)
     s.check()
-    assert b.reqs and b.lead_class == "cold"
+    assert b.reqs and b.lead_class is BatchLead.COLD
     assert rids(b.reqs) == ["c1", "w1", "c2", "w2"] and b.skips == 0  # nothing skipped
     s.forward_done(b, 4.0)
 
@@ -351,7 +351,7 @@ def test_lead_is_fixed_by_the_first_admitted_request() -> None:
         s2.add_request(r)
     b2 = s2.schedule(4.0)
     s2.check()
-    assert b2.reqs and b2.lead_class == "warm"
+    assert b2.reqs and b2.lead_class is BatchLead.WARM
     assert rids(b2.reqs) == ["w1", "w2"] and (b2.skips, b2.stops) == (2, 0)
     # Request-passes deferred: the skips (a request is skipped at most once a pass).
     counters = s2.counters()
@@ -364,7 +364,7 @@ def test_chunked_continuation_leads_as_warm() -> None:
     long = cold("long", 0.0, 1, n=100)
     s.add_request(long)
     b1 = s.schedule(0.0)
-    assert b1.reqs and rids(b1.reqs) == ["long"] and b1.lead_class == "cold"
+    assert b1.reqs and rids(b1.reqs) == ["long"] and b1.lead_class is BatchLead.COLD
     assert s.state.chunked_req is long and long.extend_input_len == 64
     s.forward_done(b1, 0.0)
     s.check()
@@ -374,12 +374,12 @@ def test_chunked_continuation_leads_as_warm() -> None:
     s.check()
     assert b2.reqs and b2.has_chunked
     assert rids(b2.reqs) == ["long", "w"]  # the 36-token tail leads; the cold is skipped
-    assert b2.lead_class == "warm" and b2.skips == 1
+    assert b2.lead_class is BatchLead.WARM and b2.skips == 1
     assert rids(s.state.waiting) == ["c"]
     s.forward_done(b2, 3.0)
     assert s.state.chunked_req is None
     b3 = s.schedule(4.0)
-    assert b3.reqs and rids(b3.reqs) == ["c"] and b3.lead_class == "cold"
+    assert b3.reqs and rids(b3.reqs) == ["c"] and b3.lead_class is BatchLead.COLD
     s.check()
 
 
@@ -423,14 +423,14 @@ def test_skip_window_stops_the_scan_and_the_stopper_leads_next_pass() -> None:
     assert (b.skips, b.stops, b.stop_reason.value) == (2, 1, "affinity_stop")
     st = s.state.stats
     assert (st.affinity_skips, st.affinity_stops) == (2, 1)
-    assert (b.stop_bound, st.affinity_stops_w, st.affinity_stops_k) == ("W", 1, 0)
+    assert (b.stop_bound, st.affinity_stops_w, st.affinity_stops_k) == (AffinityBound.WINDOW, 1, 0)
     assert (st.affinity_skip_passes, st.affinity_max_skips_in_pass) == (1, 2)
     assert rids(s.state.affinity_promoted) == ["c3"]
     assert rids(s.state.waiting) == ["c1", "c2", "c3", "w2"]
     s.forward_done(b, 5.0)
     b2 = s.schedule(6.0)
     s.check()
-    assert b2.reqs and b2.lead_class == "cold"
+    assert b2.reqs and b2.lead_class is BatchLead.COLD
     assert rids(b2.reqs) == ["c3", "c1", "c2", "w2"]  # c3 leads, the rest joins
     assert (b2.skips, b2.stops) == (0, 0)
     assert s.state.stats.passes == 2
@@ -447,7 +447,7 @@ def test_head_defer_bound_k() -> None:
     for p in range(k):
         b = s.schedule(float(p))
         s.check()
-        assert b.reqs and b.skips == 1 and b.stops == 0 and b.lead_class == "warm"
+        assert b.reqs and b.skips == 1 and b.stops == 0 and b.lead_class is BatchLead.WARM
         skips += 1
         assert c.affinity_skips == skips
         s.forward_done(b, float(p))
@@ -456,7 +456,7 @@ def test_head_defer_bound_k() -> None:
     assert b.reqs and b.stops == 1 and b.skips == 0 and c.status is ReqStatus.WAITING
     s.forward_done(b, float(k))
     b = s.schedule(float(k + 1))
-    assert b.reqs and b.reqs[0].req is c and b.lead_class == "cold"
+    assert b.reqs and b.reqs[0].rid == c.rid and b.lead_class is BatchLead.COLD
     counters = s.counters()
     assert (counters["affinity_skips"], counters["affinity_defers"]) == (k, k)
     assert s.state.stats.affinity_stops == 1
@@ -481,7 +481,7 @@ def test_age_bound_t() -> None:
     b = s.schedule(6.0)  # age 5.0 >= 5: stop
     assert b.reqs and rids(b.reqs) == ["w3"] and (b.skips, b.stops) == (0, 1)
     st = s.state.stats
-    assert b.stop_bound == "T" and st.affinity_stops_t == 1
+    assert b.stop_bound is AffinityBound.AGE and st.affinity_stops_t == 1
     assert st.affinity_stops == st.affinity_stops_w + st.affinity_stops_k + 1
     s.check()
 
@@ -500,7 +500,7 @@ def test_affinity_counters_count_requests_passes_and_skips_separately() -> None:
     # Window W = 1: c1 is skipped again, then c2 trips W and stops the scan.
     s.state.affinity_bounds = dataclasses.replace(s.state.affinity_bounds, skip_window=1)
     b = s.schedule(4.0)
-    assert b.reqs and (b.skips, b.stops, b.stop_bound) == (1, 1, "W")
+    assert b.reqs and (b.skips, b.stops, b.stop_bound) == (1, 1, AffinityBound.WINDOW)
     st = s.state.stats
     assert st.affinity_skips == s.counters()["affinity_defers"] == 3
     assert st.affinity_deferred_requests == 2
@@ -615,7 +615,7 @@ def test_lpm_promoted_request_keeps_the_lead_until_admitted() -> None:
     b = s.schedule(2.0)  # w1 leads, big trips K=0: stop
     assert b.reqs and rids(b.reqs) == ["w1"] and b.stops == 1
     s.forward_done(b, 2.0)
-    s.finish(b.reqs[0].req, 2.0)
+    s.finish(reqs_of(s, b)[0], 2.0)
     s.check()
     now = 3.0
     while hog.status is ReqStatus.DECODING:  # 49 decode steps
@@ -631,7 +631,7 @@ def test_lpm_promoted_request_keeps_the_lead_until_admitted() -> None:
     assert rids(s.state.waiting) == ["big", "x3", "x4", "x5"]
     b = s.schedule(now)
     s.check()
-    assert b.reqs and b.lead_class == "cold"
+    assert b.reqs and b.lead_class is BatchLead.COLD
     assert rids(b.reqs) == ["big", "x3", "x4", "x5"]  # the warm ones follow it
     assert s.state.affinity_promoted == [] and s.state.stats.affinity_stops == 1
 
@@ -692,7 +692,7 @@ def test_slot_limit_preemption_threshold(high: int, low_first: bool, preempts: b
         assert b.empty and s.state.stats.preemptions == 0
         assert rids(s.state.decoding) == ["l1", "l2"] and rids(s.state.waiting) == ["h"]
         return
-    assert b.reqs and rids(b.reqs) == ["h"] and b.preempted == (l2,)  # newest first
+    assert b.reqs and rids(b.reqs) == ["h"] and b.preempted == (l2.rid,)  # newest first
     assert s.state.stats.preemptions == 1 and l2.preemptions == 1
     assert l2.status is ReqStatus.WAITING and rids(s.state.waiting) == ["l2"]
     assert (l2.owned_start_page, l2.owned_end_page, l2.locked_node) == (0, 0, None)
@@ -749,7 +749,7 @@ def test_no_token_preempts_with_the_switch_on() -> None:
     b = s.schedule(2.0)
     s.check()
     assert b.reqs and rids(b.reqs) == ["h"] and b.stop_reason.value == "queue_empty"
-    assert b.preempted == (l2,) and s.state.stats.preemptions == 1
+    assert b.preempted == (l2.rid,) and s.state.stats.preemptions == 1
     assert rids(s.state.decoding) == ["l1"] and rids(s.state.waiting) == ["l2"]
     # l2's KV is released: no owned pages, no lock; its cached prompt is evictable
     assert (l2.owned_start_page, l2.owned_end_page, l2.locked_node) == (0, 0, None)
@@ -783,8 +783,9 @@ def test_no_token_preemption_takes_enough_victims_for_the_whole_need() -> None:
     # frees 41 + 59 x 0.7 = 82.3: two victims, newest first (its 8 prompt tokens would
     # have asked for one, and the retry would have failed).
     assert b.reqs and rids(b.reqs) == ["h"]
-    assert rids(b.preempted) == ["l3", "l2"]
-    assert all(r.status is ReqStatus.WAITING for r in b.preempted)
+    assert list(b.preempted) == ["l3", "l2"]
+    waiting = {r.rid: r for r in s.state.waiting}
+    assert all(waiting[rid].status is ReqStatus.WAITING for rid in b.preempted)
     assert rids(s.state.decoding) == ["l0", "l1"]
 
 
@@ -907,7 +908,7 @@ def _two_decoding_tight(a_out: int, b_out: int) -> tuple[Scheduler, Request, Req
     for r in (a, b):  # one pass each: 30 + 20 + 4 < 92, then 29 + 20 + 4 < 92 - 32
         s.add_request(r)
         batch = s.schedule(1.0)
-        assert batch.reqs and reqs_of(batch) == [r]
+        assert batch.reqs and reqs_of(s, batch) == [r]
         for d in s.forward_done(batch, 1.0):
             s.start_decode(d)
         s.check()
@@ -1106,7 +1107,7 @@ def test_empty_pass_reports_why_memory_no_token() -> None:
     b = s.schedule(0.0)
     assert b.reqs
     s.forward_done(b, 0.0)
-    s.start_decode(b.reqs[0].req)  # holds 40 tokens of KV and reserves its output
+    s.start_decode(reqs_of(s, b)[0])  # holds 40 tokens of KV and reserves its output
     s.add_request(mk("big", seq(2, 60), out=30))  # 60 + 30 + 4 >= 120 - 40 - reserve
     batch = s.schedule(1.0)
     reason = batch.stop_reason
@@ -1121,7 +1122,7 @@ def test_empty_pass_reports_why_request_slot_limit() -> None:
     b = s.schedule(0.0)
     assert b.reqs
     s.forward_done(b, 0.0)
-    s.start_decode(b.reqs[0].req)
+    s.start_decode(reqs_of(s, b)[0])
     s.add_request(mk("b", seq(2, 8)))
     batch = s.schedule(1.0)
     reason = batch.stop_reason
@@ -1159,7 +1160,7 @@ def test_arrival_rejects_only_what_can_never_pass_the_memory_test() -> None:
     req = Request.from_tokens("r", seq(1, 485), page_size=1, max_new_tokens=8540)
     assert s.add_request(req) is None
     b = s.schedule(0.0)
-    assert reqs_of(b) == [req]
+    assert reqs_of(s, b) == [req]
     # Boundary: prompt + min(max_new, 4096) + page < pool tokens is the memory test.
     for n, ok in ((7841 - 4096 - 1 - 1, True), (7841 - 4096 - 1, False)):
         s = Scheduler(make_cfg(page_size=1), 7841, 1, reserve_decode=False)
@@ -1229,7 +1230,7 @@ def test_preemption_only_when_victims_free_enough_for_the_memory_test() -> None:
     s.add_request(h)
     batch = s.schedule(1.0)
     s.check()
-    assert batch.reqs and rids(batch.reqs) == ["h"] and batch.preempted == (lo,)
+    assert batch.reqs and rids(batch.reqs) == ["h"] and batch.preempted == (lo.rid,)
 
 
 # ---------------------------------------------------------------- skipped idle passes

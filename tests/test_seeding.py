@@ -140,7 +140,8 @@ def state(s: Scheduler) -> tuple[object, ...]:
     )
 
 
-def batch_view(b: StepOutput) -> object:
+def batch_view(s: Scheduler, b: StepOutput) -> object:
+    handle = s.state.in_flight.get(b.step_id)
     return (
         [(r.rid, r.prefix_len, r.extend_len, r.loaded_tokens) for r in b.reqs],
         b.extend_tokens,
@@ -150,7 +151,7 @@ def batch_view(b: StepOutput) -> object:
         b.has_chunked,
         b.waiting_len,
         b.lead_class,
-        None if b.handle is None else (b.handle.log_input_tokens, b.handle.log_hit_tokens),
+        None if handle is None else (handle.log_input_tokens, handle.log_hit_tokens),
     )
 
 
@@ -163,7 +164,7 @@ def compare_next_pass(a: Scheduler, b: Scheduler, probes: list[Spec]) -> None:
     ra = a.schedule(now)
     ea = a.state.cache.device_evicted_pages
     rb = b.schedule(now)
-    assert batch_view(ra) == batch_view(rb)
+    assert batch_view(a, ra) == batch_view(b, rb)
     if ea == 0 and b.state.cache.device_evicted_pages == 0:
         assert state(a) == state(b)
     a.check()

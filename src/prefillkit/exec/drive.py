@@ -108,20 +108,24 @@ def req_plan(s: ScheduledReq, tokens: Sequence[int], page_size: int, cp_size: in
 
 def step_plan(
     step: StepOutput,
+    reqs: Sequence[Request],
     tokens_of: TokensOf,
     page_size: int,
     cp_size: int,
     backups: Sequence[HostCopy] = (),
 ) -> StepPlan:
-    """The executor's plan of one scheduler step: its requests in batch order, the host backups
-    the cache made since the last step (``backups``) and the step's load-backs."""
-    reqs = tuple(req_plan(s, tokens_of(s.req), page_size, cp_size) for s in step.reqs)
+    """The executor's plan of one scheduler step: its requests in batch order (``reqs``: the
+    engine's requests, in the step's order), the host backups the cache made since the last
+    step (``backups``) and the step's load-backs."""
+    plans = tuple(
+        req_plan(s, tokens_of(r), page_size, cp_size) for s, r in zip(step.reqs, reqs, strict=True)
+    )
     loads = tuple(
         HostCopy(dev % cp_size, slot, dev // cp_size)
         for s in step.reqs
         for slot, dev in s.load_back
     )
-    return StepPlan(reqs, loads=loads, backups=tuple(backups))
+    return StepPlan(plans, loads=loads, backups=tuple(backups))
 
 
 class SyntheticTokens:
@@ -228,19 +232,19 @@ class StepDriver:
                 self._device_pages.pop(key, None)
 
     # ------------------------------------------------------------------ steps
-    def plan(self, step: StepOutput) -> StepPlan:
+    def plan(self, step: StepOutput, reqs: Sequence[Request]) -> StepPlan:
         """The step's plan; takes the backups queued since the last plan."""
         backups, self.pending_backups = self.pending_backups, []
-        return step_plan(step, self.tokens_of, self.page_size, self.cp_size, backups)
+        return step_plan(step, reqs, self.tokens_of, self.page_size, self.cp_size, backups)
 
-    def forward(self, step: StepOutput) -> dict[str, float]:
+    def forward(self, step: StepOutput, reqs: Sequence[Request]) -> dict[str, float]:
         """Execute the step: ``{"wall": its wall-clock seconds, "cpu": this thread's CPU
         seconds in it, "total": the one of the two ``clock`` names}``.
 
         On a machine shared with other work the wall clock counts the time the forward waited
         for a core; the thread's CPU time does not (torch runs one thread: ``set_num_threads(1)``).
         """
-        plan = self.plan(step)
+        plan = self.plan(step, reqs)
         assert self.executor is not None
         c0, t0 = time.thread_time(), time.perf_counter()
         out = self.executor.step(plan)

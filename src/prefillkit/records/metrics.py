@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from prefillkit.cost.cached import CachedSplit
 from prefillkit.request import ReqStatus, Request
+from prefillkit.sched.affinity import BatchLead
 
 if TYPE_CHECKING:
     from prefillkit.sched.interface import StepOutput
@@ -157,6 +158,7 @@ class BatchRecord:
         ``split``: its cached tokens by source (:func:`prefillkit.cost.cached.split_cached`);
         None counts every prefix as a cache hit (right when no request is a continuation).
         """
+        lead = step.lead_class
         if split is None:
             loaded = sum(s.loaded_tokens for s in step.reqs)
             split = CachedSplit(step.cached_tokens - loaded, loaded, 0)
@@ -172,7 +174,8 @@ class BatchRecord:
             carried_prefix_tokens=split.carried_prefix_tokens,
             load_back_tokens=step.load_back_tokens,
             buffer_bytes=step.buffer_bytes,
-            lead_class=step.lead_class,
+            # NOTE: the CSV's names: "none" for a batch without a lead (BatchLead.EMPTY).
+            lead_class="none" if lead is BatchLead.EMPTY else lead._value_,
             closed_by=step.stop_reason._value_,
             has_chunked=step.has_chunked,
             waiting_len=step.waiting_len,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from prefillkit.cache.prefix import LoadBack
 from prefillkit.request import Request
+from prefillkit.sched.affinity import AffinityBound, BatchLead
 
 
 @dataclass(slots=True, init=False)
@@ -25,16 +26,16 @@ class PrefillBatch:
     cached_tokens: int
     load_back_tokens: int
     buffer_bytes: int
-    lead_class: str  # warm | cold | none
+    lead_class: BatchLead
     has_chunked: bool
     waiting_len: int
     policy_used: str
     # Affinity, this pass: cold requests skipped (W counts them; a request is skipped at
     # most once per pass, so this is also the requests it deferred); ``stops``: 0 or 1,
-    # ``stop_bound`` the bound that tripped ("W", "K" or "T").
+    # ``stop_bound`` the bound that tripped.
     skips: int = 0
     stops: int = 0
-    stop_bound: str | None = None
+    stop_bound: AffinityBound | None = None
     preempted: list[Request] = field(default_factory=list)
     # Upstream's counters as upstream counts them (see PrefillAdder): raw extends, and
     # prefixes of newly admitted requests (0 for a chunked continuation). prefillkit's
@@ -52,13 +53,13 @@ class PrefillBatch:
         cached_tokens: int,
         load_back_tokens: int,
         buffer_bytes: int,
-        lead_class: str,
+        lead_class: BatchLead,
         has_chunked: bool,
         waiting_len: int,
         policy_used: str,
         skips: int = 0,
         stops: int = 0,
-        stop_bound: str | None = None,
+        stop_bound: AffinityBound | None = None,
         preempted: list[Request] | None = None,
         log_input_tokens: int = 0,
         log_hit_tokens: int = 0,

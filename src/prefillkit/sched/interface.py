@@ -6,9 +6,11 @@ or a real serving engine) builds a scheduler with :func:`build_scheduler` and dr
 through :class:`SchedulerInterface` only; ``tests/test_interface.py`` checks that the
 simulator's loop touches nothing else and that the scheduler's public calls are exactly
 these. Each call's docstring says what it mutates. A step returns one immutable
-:class:`StepOutput` (vLLM's ``SchedulerOutput`` is the model): everything the engine
-needs to run the forward -- per request its prefix pages, its new page ids per owner
-lane, the extend range and the load-back copies -- and why the admission pass stopped.
+:class:`StepOutput` of ids, ints, enums and page-id arrays (vLLM's ``SchedulerOutput`` is
+the model): everything the engine needs to run the forward -- per request its id, its
+prefix pages, its new page ids per owner lane, the extend range and the load-back
+copies -- and why the admission pass stopped; the scheduler keeps its own record of the
+batch under ``StepOutput.step_id``.
 The result types live in ``sched/step.py`` and are re-exported here: this module is the
 one an engine imports.
 
@@ -22,12 +24,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from prefillkit.sched.adder import CloseReason
 from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.scheduler import Scheduler
 from prefillkit.sched.step import (
     AdmissionEvent,
+    AdmissionEventKind,
     AdmissionObserver,
+    AffinityBound,
+    BatchLead,
+    PrefixSegment,
     ScheduledReq,
     StepOutput,
     limit_of,
@@ -39,7 +46,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AdmissionEvent",
+    "AdmissionEventKind",
     "AdmissionObserver",
+    "AffinityBound",
+    "BatchLead",
+    "CloseReason",
+    "PrefixSegment",
     "ScheduledReq",
     "SchedulerInterface",
     "StepOutput",
@@ -66,11 +78,14 @@ class SchedulerInterface(Protocol):
         """Run one admission pass at time ``now``. Mutates: the waiting queue, the
         admitted requests (status PREFILLING, pages allocated), the cache (locks,
         load-backs, evictions for the new pages), the running set, the counters; may
-        preempt decoding requests (``StepOutput.preempted``, back in the queue)."""
+        preempt decoding requests (``StepOutput.preempted``: their ids, back in the
+        queue); a non-empty step's batch is kept in flight under ``step.step_id``."""
         ...
 
     def forward_done(self, step: StepOutput, now: float) -> list[Request]:
-        """The step's forward finished. Mutates: finishes its load-backs, caches the
+        """The step's forward finished (each non-empty step exactly once, in any order;
+        an empty step is a no-op; a step not in flight raises ValueError). Mutates:
+        the in-flight record, finishes its load-backs, caches the
         computed pages (moving them from the requests to the cache) and moves each
         request's lock; returns the requests whose prompt is complete (first token at
         ``now``), still holding their KV. A request's pages that duplicate pages another

@@ -23,7 +23,7 @@ from prefillkit.sched.adder import CloseReason, PrefillAdder
 from prefillkit.sched.affinity import BatchLead
 from prefillkit.sched.batch import PrefillBatch
 from prefillkit.sched.state import SchedulerState
-from prefillkit.sched.step import ScheduledReq, StepOutput, limit_of
+from prefillkit.sched.step import PrefixSegment, ScheduledReq, StepOutput, limit_of
 
 
 def launch(
@@ -66,10 +66,7 @@ def launch(
         cached_tokens=adder.batch_cached_tokens,
         load_back_tokens=adder.batch_load_back_tokens,
         buffer_bytes=adder.batch_buffer_bytes(),
-        # NOTE: no enum-keyed lookups here: an Enum hashes in Python (__hash__).
-        lead_class=(
-            "warm" if lead is BatchLead.WARM else "cold" if lead is BatchLead.COLD else "none"
-        ),
+        lead_class=lead,
         has_chunked=adder.has_chunked_req_in_batch,
         waiting_len=len(st.waiting),
         policy_used=policy_used,
@@ -129,7 +126,8 @@ def _assign_pages(
 
 def step_output(st: SchedulerState, batch: PrefillBatch | None) -> StepOutput:
     """The engine's view of the pass that returned ``batch`` (None: an empty pass),
-    with ``st.last_pass_reason`` its stop reason."""
+    with ``st.last_pass_reason`` its stop reason; the batch is kept in flight under the
+    step's id until its forward is done."""
     reason = st.last_pass_reason
     assert reason is not None
     if batch is None:
@@ -141,33 +139,32 @@ def step_output(st: SchedulerState, batch: PrefillBatch | None) -> StepOutput:
     for req in batch.reqs:
         pending = req.pending_pages
         assert pending is not None  # NOTE: set by launch for every request
-        start = req.owned_end_page - sum(pending[2])
-        owned = tuple([t[:] for t in req.owned_pages]) if req.owned_pages else ()
         node = req.locked_node
         lb = copies.get(id(node)) if req.loaded_tokens else None
         end = req.prefix_len + req.extend_input_len
         out.append(
             ScheduledReq(
-                req,
-                req.rid,
-                req.prefix_len,
-                req.loaded_tokens,
-                req.prefix_len,
-                end,
-                None if node is root else node,
-                0 if node is None else node.end * u,
-                u,
-                owned,
-                start,
-                pending,
-                () if lb is None else tuple(lb.copy_pairs()),
-                end < req.input_len,
+                rid=req.rid,
+                prefix_len=req.prefix_len,
+                loaded_tokens=req.loaded_tokens,
+                extend_start=req.prefix_len,
+                extend_end=end,
+                prefix_path=_prefix_path(node, root, u),
+                prefix_node_pages=0 if node is None else node.end * u,
+                prefix_owned=tuple([t[:] for t in req.owned_pages]) if req.owned_pages else (),
+                new_start_page=req.owned_end_page - sum(pending[2]),
+                pending=pending,
+                load_back=() if lb is None else tuple(lb.copy_pairs()),
+                is_chunk=end < req.input_len,
             )
         )
+    st.step_seq += 1
+    st.in_flight[st.step_seq] = batch
     return StepOutput(
-        tuple(out),
-        reason,
-        limit_of(reason),
+        step_id=st.step_seq,
+        reqs=tuple(out),
+        stop_reason=reason,
+        limit=limit_of(reason),
         extend_tokens=batch.extend_tokens,
         cached_tokens=batch.cached_tokens,
         load_back_tokens=batch.load_back_tokens,
@@ -178,9 +175,21 @@ def step_output(st: SchedulerState, batch: PrefillBatch | None) -> StepOutput:
         skips=batch.skips,
         stops=batch.stops,
         stop_bound=batch.stop_bound,
-        preempted=tuple(batch.preempted),
-        handle=batch,
+        preempted=tuple([r.rid for r in batch.preempted]),
     )
+
+
+def _prefix_path(node: Node | None, root: Node, unit_pages: int) -> tuple[PrefixSegment, ...]:
+    """The page segments of the cached path ending at ``node``, root first (the root
+    holds no pages)."""
+    if node is None or node is root:
+        return ()
+    parts: list[PrefixSegment] = []
+    while node is not None and node is not root:
+        parts.append((node.start * unit_pages, node.pages))
+        node = node.parent
+    parts.reverse()
+    return tuple(parts)
 
 
 def _empty_step(st: SchedulerState, reason: CloseReason) -> StepOutput:
@@ -192,7 +201,9 @@ def _empty_step(st: SchedulerState, reason: CloseReason) -> StepOutput:
     if empty is None:
         if len(st.empty_steps) >= 64:
             st.empty_steps.clear()
-        empty = st.empty_steps[key] = StepOutput((), reason, limit_of(reason), waiting_len=key[1])
+        empty = st.empty_steps[key] = StepOutput(
+            step_id=0, reqs=(), stop_reason=reason, limit=limit_of(reason), waiting_len=key[1]
+        )
     return empty
 
 

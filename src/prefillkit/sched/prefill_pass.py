@@ -31,7 +31,7 @@ from prefillkit.sched.matching import refresh_match
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.preempt import shortfall, try_preempt
 from prefillkit.sched.state import SchedulerState
-from prefillkit.sched.step import AdmissionEvent, AdmissionObserver
+from prefillkit.sched.step import AdmissionEvent, AdmissionEventKind, AdmissionObserver
 
 
 def run_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
@@ -204,7 +204,7 @@ def full_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
             if decision is AffinityDecision.SKIP:
                 skipped.append(req)
                 if obs is not None:
-                    observe(obs, adder, "skip", now, req, None, False, None)
+                    observe(obs, adder, AdmissionEventKind.SKIP, now, req, None, False, None)
                 continue
             if decision is AffinityDecision.STOP:
                 stops += 1
@@ -240,7 +240,7 @@ def full_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
         if admitted and lead is EMPTY:
             lead = BatchLead.WARM if cls is ReqClass.WARM else BatchLead.COLD
         if obs is not None:
-            observe(obs, adder, "candidate", now, req, res.name, admitted, None)
+            observe(obs, adder, AdmissionEventKind.CANDIDATE, now, req, res.name, admitted, None)
         if res is not CONTINUE:
             closed = adder.closed_by
             break
@@ -248,7 +248,7 @@ def full_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
         closed = adder.closed_by or CloseReason.QUEUE_EMPTY
     reason = closed or CloseReason.QUEUE_EMPTY
     if obs is not None:
-        observe(obs, adder, "stop", now, None, None, False, reason._value_)
+        observe(obs, adder, AdmissionEventKind.STOP, now, None, None, False, reason._value_)
     if promoted:
         # A promoted request keeps the lead until it is admitted (a lead that does not
         # fit yet, e.g. NO_TOKEN, must not be overtaken by the warm requests behind it).
@@ -262,14 +262,14 @@ def full_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
         return None
     st.last_pass_reason = reason
     batch = launch(st, adder, lead, policy_used, len(skipped), stops, preempted, now)
-    batch.stop_bound = None if stop_bound is None else stop_bound._value_
+    batch.stop_bound = stop_bound
     return batch
 
 
 def observe(
     obs: AdmissionObserver,
     adder: PrefillAdder,
-    kind: str,
+    kind: AdmissionEventKind,
     now: float,
     req: Request | None,
     result: str | None,
@@ -279,15 +279,15 @@ def observe(
     """Tell the admission observer one decision, with the budgets after it."""
     obs(
         AdmissionEvent(
-            kind,
-            now,
-            None if req is None else req.rid,
-            result,
-            admitted,
-            reason,
-            adder.rem_total_tokens,
-            adder.rem_input_tokens,
-            adder.rem_chunk_tokens,
+            kind=kind,
+            now=now,
+            rid=None if req is None else req.rid,
+            result=result,
+            admitted=admitted,
+            reason=reason,
+            rem_total_tokens=adder.rem_total_tokens,
+            rem_input_tokens=adder.rem_input_tokens,
+            rem_chunk_tokens=adder.rem_chunk_tokens,
         )
     )
 

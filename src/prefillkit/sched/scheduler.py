@@ -76,9 +76,12 @@ class Scheduler:
     def forward_done(self, step: StepOutput, now: float) -> list[Request]:
         """The step's forward finished: its pages are cached; returns the requests
         whose prompt is complete (they still hold their KV)."""
-        if step.handle is None:
+        if step.step_id == 0:  # NOTE: an empty step
             return []
-        return launch.prefill_done(self.state, step.handle, now)
+        batch = self.state.in_flight.pop(step.step_id, None)
+        if batch is None:
+            raise ValueError(f"step {step.step_id} is not in flight")
+        return launch.prefill_done(self.state, batch, now)
 
     def page_table(self, req: Request) -> list[int]:
         """Engine-facing page ids of ``req``'s sequence pages (see interface.py)."""

@@ -23,6 +23,7 @@ from prefillkit.cache.prefix import PrefixCache
 from prefillkit.request import Request
 from prefillkit.sched.adder import AdmissionLimits, CloseReason
 from prefillkit.sched.affinity import AffinityBounds
+from prefillkit.sched.batch import PrefillBatch
 from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.lpm_order import LpmOrder
@@ -178,6 +179,9 @@ class SchedulerState:
         self.stats = SchedulerStats()
         # Empty StepOutputs by (stop reason, queue length), reused (launch.step_output).
         self.empty_steps: dict[tuple[CloseReason, int], StepOutput] = {}
+        # Batches whose forward is in flight, by step id (StepOutput.step_id: 1, 2, ...).
+        self.in_flight: dict[int, PrefillBatch] = {}
+        self.step_seq = 0
         # Why the last admission pass stopped (for an empty pass: why nothing was admitted).
         self.last_pass_reason: CloseReason | None = None
         # Called with every admission decision; NOTE: None costs one test per candidate.

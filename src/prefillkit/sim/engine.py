@@ -68,16 +68,17 @@ class StepRunner(Protocol):
 
     ``bind`` gets the scheduler's interface once, before the run (a runner may attach a KV
     listener there); ``forward`` gets every non-empty ``StepOutput`` as the scheduler returned
-    it, executes it, and returns its breakdown (``"total"``: the measured forward seconds, the
-    batch's duration; one ``t_<key>_s`` column per other key of ``breakdown_keys``). KV
-    transfer and decode times still come from the cost model.
+    it with the engine's requests in the step's order, executes it, and returns its
+    breakdown (``"total"``: the measured forward seconds, the batch's duration; one
+    ``t_<key>_s`` column per other key of ``breakdown_keys``). KV transfer and decode
+    times still come from the cost model.
     """
 
     breakdown_keys: tuple[str, ...]
 
     def bind(self, sched: SchedulerInterface) -> None: ...
 
-    def forward(self, step: StepOutput) -> dict[str, float]: ...
+    def forward(self, step: StepOutput, reqs: Sequence[Request]) -> dict[str, float]: ...
 
 
 class SimConfigError(ValueError):
@@ -238,6 +239,8 @@ class Engine:
         self._seq = 0
         # Requests whose last forward was a chunk (cost/cached.py: continuations).
         self._mid_chunk: set[str] = set()
+        # The requests the scheduler holds, by id (a step names its requests by id).
+        self._live: dict[str, Request] = {}
         self.now = 0.0
         self.busy = False
         self.finished = 0
@@ -399,13 +402,13 @@ class Engine:
                 except ValueError as e:
                     raise SimConfigError(f"--window-s: {e}") from None
             collector.arrive(req)
-            if self.sched.add_request(req) is not None:
-                self.finished += 1
-                collector.done(req)
-                self._answered(req, self.now)  # rejected: the agent gets an error now
-        elif self.sched.add_request(req) is not None:
-            self.finished += 1
-            self._answered(req, self.now)
+        if req.rid in self._live:
+            raise SimConfigError(f"request id {req.rid!r} arrives while a request with it is live")
+        if self.sched.add_request(req) is not None:
+            self._retire(req)
+            self._answered(req, self.now)  # rejected: the agent gets an error now
+        else:
+            self._live[req.rid] = req
         self.sessions.arrived(req)
 
     def _busy_intervals(self) -> tuple[np.ndarray, np.ndarray]:
@@ -447,18 +450,14 @@ class Engine:
                 self._prefill_done(payload)
             else:
                 finished, retracted = self.sched.decode_step(self.now)
-                self.finished += len(finished)
                 for req in finished:
-                    if self.collector is not None:
-                        self.collector.done(req)
+                    self._retire(req)
                     if self._answer_at_finish:
                         self._answered(req, self.now)
                 self._rejected_on_requeue(retracted)
         elif kind == TRANSFER_DONE:
             self.sched.finish(payload, self.now)
-            self.finished += 1
-            if self.collector is not None:
-                self.collector.done(payload)
+            self._retire(payload)
         elif kind == ARRIVAL:
             self._arrive(payload)
 
@@ -487,31 +486,37 @@ class Engine:
         ctx = req.input_len + req.max_new_tokens // 2
         return tokens * self.cost.decode_step_time(1, ctx)
 
+    def _retire(self, req: Request) -> None:
+        """``req`` is done (finished or rejected): counted, recorded, no longer live."""
+        self.finished += 1
+        self._live.pop(req.rid, None)
+        if self.collector is not None:
+            self.collector.done(req)
+
     def _rejected_on_requeue(self, requeued: Sequence[Request]) -> None:
         """Count the requeued requests the scheduler rejected (they can never fit again)."""
         for req in requeued:
             if req.status is ReqStatus.REJECTED:
-                self.finished += 1
-                if self.collector is not None:
-                    self.collector.done(req)
+                self._retire(req)
                 self._answered(req, self.now)
 
     def _start_work(self) -> None:
         sched = self.sched
         if sched.has_work:
             step = sched.schedule(self.now)
+            live = self._live
             if step.preempted:
-                self._rejected_on_requeue(step.preempted)
+                self._rejected_on_requeue([live[rid] for rid in step.preempted])
             if step.reqs:
+                reqs = [live[s.rid] for s in step.reqs]
                 if self.runner is not None:
-                    breakdown = self.runner.forward(step)
+                    breakdown = self.runner.forward(step, reqs)
                 else:
                     shapes = [
                         ReqShape(s.prefix_len, s.extend_len, s.loaded_tokens) for s in step.reqs
                     ]
                     breakdown = self.cost.breakdown(shapes)
                 dur = breakdown["total"]
-                reqs = [s.req for s in step.reqs]
                 split = split_cached(step, self._mid_chunk)
                 if self.collector is not None:
                     b = self.collector.num_batches
@@ -542,9 +547,7 @@ class Engine:
             if self.colocated:
                 if req.output_len >= req.max_new_tokens:
                     self.sched.finish(req, self.now)
-                    self.finished += 1
-                    if self.collector is not None:
-                        self.collector.done(req)
+                    self._retire(req)
                     if self._answer_at_finish:
                         self._answered(req, self.now)
                 else:
