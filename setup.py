@@ -65,6 +65,7 @@ COMPILED = [
     "src/prefillkit/records/row_writer.py",
     "src/prefillkit/workloads/mooncake.py",
     "src/prefillkit/workloads/jsonl.py",
+    "src/prefillkit/workloads/json_row.py",
     "src/prefillkit/workloads/trace_reader.py",
     "src/prefillkit/workloads/record.py",
 ]

@@ -103,6 +103,7 @@ def test_parsers_are_tomllib_json_and_csv() -> None:
     readers = {
         "app/config_file.py": {"tomllib"},  # the one config/variants TOML reader
         "workloads/jsonl.py": {"json"},
+        "workloads/json_row.py": {"json"},
         "workloads/azure.py": {"csv"},
     }
     toml_readers = {

@@ -77,27 +77,23 @@ Evaluations are memoised per (term, shape).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from prefillkit.cost.aic_families import PROBE_TOKENS as PROBE_TOKENS
+from prefillkit.cost.aic_families import AicEvaluator, build_families, probe_terms
 from prefillkit.cost.aic_tables import (
     BACKENDS,
-    DSA_ARCHITECTURES,
-    DSA_BLOCK_GEMMS,
     MOE_DISTRIBUTIONS,
     Family,
     aic_system_for_gpu,
-    gemm_shapes,
     import_aic,
     load_database,
 )
 from prefillkit.cost.aic_tables import AicUnavailableError as AicUnavailableError
-from prefillkit.cost.gpus import GpuSpec, get_gpu
+from prefillkit.cost.gpus import get_gpu
 from prefillkit.cost.roofline import BREAKDOWN_KEYS, RooflineCostModel
 from prefillkit.sched.buffer import ReqShape
 
-PROBE_TOKENS = 4096
 MEMO_LIMIT = 500_000  # memoised shapes per term
 _MLA_TABLE_HEAD_DIMS = 192 + 128  # DeepSeek-V3's qk + v head dims (context-MLA table)
 
@@ -135,7 +131,7 @@ class AicCostModel:
         self._aic = import_aic()
         self._prov: dict[str, str] = dict(_ROOFLINE_ONLY)
         self._families: dict[str, Family] = {}
-        self._src: GpuSpec | None = None
+        self._eval: AicEvaluator | None = None
         self._dsa = False
         self._memo: dict[str, dict[tuple[int, int], float | None]] = {}
         self._coef_idx = roofline.indexer_coefficient
@@ -145,241 +141,27 @@ class AicCostModel:
         except KeyError:
             if backend not in BACKENDS:
                 raise ValueError(f"unknown --aic-backend {backend!r}") from None
-            self._handle: Any = None
             for key in ("linear", "attention", "moe_experts", "moe_comm_exposed", "tp_comm"):
                 self._prov[key] = f"roofline: no AIC tables for GPU {roofline.gpu.name}"
             self._prov["cp_kv_gather"] = self._prov["linear"]
             return
         db = load_database(self._aic, system, backend, version)
-        self._handle = self._aic["engine"].EngineHandle.for_database(db)
-        self._src = get_gpu(source) if source else None
+        handle = self._aic["engine"].EngineHandle.for_database(db)
+        src = get_gpu(source) if source else None
+        self._eval = AicEvaluator(handle, src, roofline.gpu, roofline.layout.num_gpus)
         what = f"{backend} {db.version} {system}"
         self._label = (
             f"derived: {what} tables scaled to {roofline.gpu.name} compute/bandwidth"
-            if self._src
+            if src
             else f"measured: {what}"
         )
-        self._build_families()
-        self._probe()
-
-    # --- construction -----------------------------------------------------------------
-    def _build_families(self) -> None:
-        ops, common = self._aic["ops"], self._aic["common"]
-        engine = self._aic["engine"]
-        rf, m, lay = self.roofline, self.roofline.model, self.roofline.layout
-        fp8 = m.weight_bytes_per_param <= 1.0
-        gq = common.GEMMQuantMode
-        quant = gq.fp8_block if fp8 else gq.bfloat16
-        gemms, kinds = [], []
-        for name, layers, n, k, fp8_ok in gemm_shapes(m, lay.attn_tp):
-            q = quant if fp8_ok else gq.bfloat16
-            gemms.append(ops.GEMM(name, layers, n, k, q))
-            kinds.append("fp8" if q == gq.fp8_block else "bf16")
-        table = f"gemm ({'fp8_block' if fp8 else 'bfloat16'})"
-        self._families["linear"] = Family(engine, gemms, kinds, table)
-        if m.attention == "mla" and not m.is_sparse:
-            kvq = common.KVCacheQuantMode
-            kv = kvq.fp8 if rf.kv_bytes_per_token == m.kv_bytes_per_token_fp8 else kvq.bfloat16
-            mla = ops.ContextMLA(
-                "mla", m.num_layers, m.num_heads // lay.attn_tp, kv, common.FMHAQuantMode.bfloat16
-            )
-            self._families["attention"] = Family(engine, [mla], ["bf16"], "context MLA (bf16)")
-        arch = DSA_ARCHITECTURES.get(m.name)
-        if m.is_sparse and arch is not None and lay.cp_size == 1:
-            self._build_dsa_families(arch, quant)
-        if m.num_experts:
-            self._build_moe_family()
-        self._build_comm_families()
-
-    def _build_dsa_families(self, arch: str, quant: Any) -> None:
-        """DSA models without CP: SGLang's whole DSA attention block per request (AIC's
-        ``ContextDSAModule``: projections, indexer, top-k, sparse MLA, o_proj) and, to
-        take it apart, the block's projection GEMMs (``dsa_proj``). Under CP AIC only
-        estimates the block (its answer is not ``silicon``), so CP stays on the roofline."""
-        ops, common, engine = self._aic["ops"], self._aic["common"], self._aic["engine"]
-        rf, m = self.roofline, self.roofline.model
-        kvq = common.KVCacheQuantMode
-        kv = kvq.fp8 if rf.kv_bytes_per_token == m.kv_bytes_per_token_fp8 else kvq.bfloat16
-        heads = m.num_heads // rf.layout.attn_tp
-        dsa = ops.ContextDSAModule(
-            "dsa", m.num_layers, heads, kv, common.FMHAQuantMode.bfloat16, quant, architecture=arch
-        )
-        self._families["attention"] = Family(engine, [dsa], ["bf16"], "context DSA module")
-        gq = common.GEMMQuantMode
-        proj = [
-            ops.GEMM(name, layers, n, k, quant if fp8_ok else gq.bfloat16)
-            for name, layers, n, k, fp8_ok in gemm_shapes(m, rf.layout.attn_tp)
-            if name in DSA_BLOCK_GEMMS
-        ]
-        kinds = ["fp8" if quant == gq.fp8_block else "bf16"] * len(proj)
-        self._families["dsa_proj"] = Family(engine, proj, kinds, "gemm")
-        self._memo["dsa_proj"] = {}
-        self._dsa = True
-
-    def _build_moe_family(self) -> None:
-        """Routed experts: under EP, SGLang's large-EP path (DeepEP dispatch, DeepGEMM
-        grouped GEMMs: AIC's ``MoEExpertCompute`` table, AIC's EPLB modelling when
-        ``moe_balance`` is ``eplb``), else (or where that table is missing) the fused-MoE
-        table (``MoE``: Triton fused MoE, EP or TP inside a node)."""
-        ops, common = self._aic["ops"], self._aic["common"]
-        engine = self._aic["engine"]
-        m, lay = self.roofline.model, self.roofline.layout
-        fp8 = m.weight_bytes_per_param <= 1.0
-        quant = common.MoEQuantMode.fp8_block if fp8 else common.MoEQuantMode.bfloat16
-        dist = MOE_DISTRIBUTIONS[self.moe_balance]
-        kind = "fp8" if fp8 else "bf16"
-        candidates: list[tuple[Any, str]] = []
-        if lay.ep_size > 1:
-            large_ep = ops.MoEExpertCompute(
-                "moe",
-                m.moe_layers,
-                hidden_size=m.hidden_size,
-                inter_size=m.moe_intermediate_size,
-                topk=m.experts_per_token,
-                num_experts=m.num_experts,
-                moe_ep_size=lay.ep_size,
-                quant_mode=quant,
-                workload_distribution=dist,
-                attention_dp_size=lay.dp_size,
-                inference_phase="context",
-                num_slots=None,
-                is_gated=True,
-                enable_eplb=self.moe_balance == "eplb",
-            )
-            candidates.append((large_ep, f"large-EP moe_expert_compute ({dist})"))
-        ep = lay.ep_size
-        par = (1, ep) if ep > 1 else (lay.num_gpus, 1)
-        args = (m.hidden_size, m.moe_intermediate_size, m.experts_per_token, m.num_experts)
-        fused = ops.MoE("moe", m.moe_layers, *args, *par, quant, dist, lay.dp_size)
-        candidates.append((fused, f"fused moe ({dist})"))
-        for op, table in candidates:
-            fam = Family(engine, [op], [kind], table)
-            if self._measure(fam, PROBE_TOKENS, 0) is not None:
-                self._families["moe_experts"] = fam
-                return
-        self._families["moe_experts"] = Family(engine, [fused], [kind], f"fused moe ({dist})")
-
-    def _build_comm_families(self) -> None:
-        ops, common = self._aic["ops"], self._aic["common"]
-        engine = self._aic["engine"]
-        m, lay, gpu = self.roofline.model, self.roofline.layout, self.roofline.gpu
-        half, int8 = common.CommQuantMode.half, common.CommQuantMode.int8
-        if m.num_experts and lay.ep_size > 1:
-            nodes = -(-lay.ep_size // gpu.nvlink_domain)
-            a2a = [
-                ops.MoEAllToAll(
-                    f"a2a_{phase}",
-                    m.moe_layers,
-                    phase=phase,
-                    comm_backend="deepep_ht",
-                    hidden_size=m.hidden_size,
-                    topk=m.experts_per_token,
-                    num_experts=m.num_experts,
-                    moe_ep_size=lay.ep_size,
-                    node_num=nodes,
-                )
-                for phase in ("dispatch", "combine")
-            ]
-            self._families["moe_comm"] = Family(engine, a2a, ["link"] * 2, "moe a2a (deepep_ht)")
-        elif lay.num_gpus > 1 and (lay.cp_size > 1 or lay.dp_size > 1):
-            layers = m.moe_layers if m.num_experts else m.num_layers
-            coll = [
-                ops.NCCL(op, layers, op, m.hidden_size, lay.num_gpus, half)
-                for op in ("all_gather", "reduce_scatter")
-            ]
-            self._families["moe_comm"] = Family(engine, coll, ["link"] * 2, "nccl")
-        if lay.attn_tp > 1:
-            times = 2 if lay.cp_size == 1 and lay.dp_size == 1 else 1
-            ar = ops.CustomAllReduce("ar", times * m.num_layers, m.hidden_size, lay.attn_tp)
-            self._families["tp_comm"] = Family(engine, [ar], ["link"], "custom all-reduce")
-        if lay.cp_size > 1:
-            per_layer = round(self.roofline.kv_bytes_per_token / m.num_layers)
-            ag = ops.NCCL("kv_ag", m.num_layers, "all_gather", per_layer, lay.cp_size, int8)
-            self._families["cp_kv_gather"] = Family(engine, [ag], ["link"], "nccl all-gather")
-
-    def _probe(self) -> None:
-        """Decide each term's provenance once, at a representative forward."""
-        t = PROBE_TOKENS
-        probes: dict[str, tuple[str, tuple[int, int]]] = {
-            "linear": ("linear", (t, 0)),
-            "attention": ("attention", (t, 0)),
-            "moe_experts": ("moe_experts", (t, 0)),
-            "moe_comm_exposed": ("moe_comm", (t, 0)),
-            "tp_comm": ("tp_comm", (t, 0)),
-            "cp_kv_gather": ("cp_kv_gather", (t, 0)),
-        }
-        reasons = {
-            "attention": (
-                "roofline: no measured table (DSA under CP: AIC only estimates the block; "
-                "GQA: AIC's answer is not silicon)"
-            ),
-            "moe_experts": "roofline: dense model (no routed experts)",
-        }
-        for key, (family, shape) in probes.items():
-            fam = self._families.get(family)
-            if fam is None:
-                self._prov[key] = reasons.get(key, "roofline: term is zero for this layout")
-                continue
-            value = self._measure(fam, *shape)
-            self._memo[family] = {}
-            if value is None:
-                self._families.pop(family)
-                self._prov[key] = f"roofline: no silicon {fam.table} table for this shape/quant"
-            else:
-                self._prov[key] = f"{self._label} {fam.table}"
-        if self._dsa and "attention" in self._families:
-            note = "; minus its projection GEMMs, split by the roofline's attention:indexer"
-            self._prov["attention"] += note
-            self._prov["indexer"] = self._prov["attention"]
+        measure = self._eval.measure
+        self._families = build_families(self._aic, roofline, moe_balance, measure)
+        self._dsa = "dsa_proj" in self._families
+        self._memo = {name: {} for name in self._families}
+        self._prov.update(probe_terms(self._families, measure, self._label, self._dsa))
 
     # --- evaluation ---------------------------------------------------------------------
-    def _measure(self, fam: Family, s: int, prefix: int) -> float | None:
-        """Seconds of ``fam`` at ``s`` tokens after ``prefix`` (None: not measured)."""
-        kw = {"is_context": True, "batch_size": 1, "s": s, "prefix": prefix}
-        try:
-            res = self._handle.evaluate_ops_json(fam.json, **kw, x=s)
-        except Exception:
-            return None
-        if not res or any(r[3] != "silicon" for r in res):
-            return None
-        lat = [float(r[1]) for r in res]
-        if self._src is not None:
-            try:
-                lat = self._derive(fam, lat, kw)
-            except Exception:
-                return None
-        total = sum(lat) / 1e3
-        return total if math.isfinite(total) and total >= 0.0 else None
-
-    def _peak_ratio(self, kind: str) -> float:
-        """Source over target tensor-core peak for an op computing in ``kind``."""
-        src, dst = self._src, self.roofline.gpu
-        assert src is not None
-        if kind == "fp8":
-            return src.peak_flops_fp8 / dst.peak_flops_fp8
-        return src.peak_flops_bf16 / dst.peak_flops_bf16
-
-    def _derive(self, fam: Family, lat: list[float], kw: dict[str, Any]) -> list[float]:
-        """Rescale source-GPU times to the target GPU (module docstring)."""
-        src, dst = self._src, self.roofline.gpu
-        assert src is not None
-        if all(k == "link" for k in fam.kinds):
-            # Traffic that leaves the NVLink domain is bound by the NIC, the rest by NVLink.
-            if self.roofline.layout.num_gpus > dst.nvlink_domain:
-                return [x * src.net_bandwidth / dst.net_bandwidth for x in lat]
-            return [x * src.nvlink_bandwidth / dst.nvlink_bandwidth for x in lat]
-        try:
-            sol = self._handle.evaluate_ops_sol_json(fam.json, **kw, x=kw["s"])
-        except Exception:  # a family without a SOL decomposition: taken as compute-bound
-            return [x * self._peak_ratio(kind) for x, kind in zip(lat, fam.kinds, strict=True)]
-        out = []
-        for x, kind, (_, _, math_ms, mem_ms) in zip(lat, fam.kinds, sol, strict=True):
-            peak = self._peak_ratio(kind)
-            before = max(math_ms, mem_ms)
-            after = max(math_ms * peak, mem_ms * src.hbm_bandwidth / dst.hbm_bandwidth)
-            out.append(x * after / before if before > 0 else x)
-        return out
-
     def _value(
         self, key: str, family: str, shape: tuple[int, int], fallback: Callable[[], float]
     ) -> float:
@@ -392,7 +174,8 @@ class AicCostModel:
         else:
             if len(memo) >= MEMO_LIMIT:  # bound a long replay's memory; re-evaluates
                 memo.clear()
-            value = memo[shape] = self._measure(fam, *shape)
+            assert self._eval is not None  # a family is built only with tables
+            value = memo[shape] = self._eval.measure(fam, *shape)
         if value is None:
             self.fallback_calls[key] = self.fallback_calls.get(key, 0) + 1
             return fallback()

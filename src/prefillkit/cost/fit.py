@@ -28,32 +28,9 @@ dependency). Cross-validation: ``k``-fold (default 5, leave-one-out below ``k``
 batches) over batches shuffled with a fixed seed; reported as MAPE and max absolute
 relative error on the held-out batches.
 
-Input formats (detected per file from its first non-blank line that is not a ``#``
-comment):
-
-**Batch CSV** — a header row naming at least the columns ``batch_id, prefix_len,
-extend_len, loaded_tokens, seconds`` (any order, extra columns ignored), then one row per
-request of a batch: ``batch_id`` any non-empty string (rows of one batch need not be
-adjacent), ``prefix_len`` the cached context the forward reads (device prefix + loaded
-tokens, or a chunk's true prefix), ``extend_len`` the tokens computed, ``loaded_tokens``
-the part of ``prefix_len`` loaded back from the host tier in this forward (``0 <=
-loaded_tokens <= prefix_len``), all integers ``>= 0``; ``seconds`` the batch's measured
-forward time (finite, ``> 0``, the same on every row of the batch). Blank lines and lines
-starting with ``#`` are skipped. prefillkit's own ``batches.csv`` holds per-batch totals
-only and is not accepted.
-
-**SGLang server log** — lines ``[YYYY-MM-DD HH:MM:SS(.fff) <scheduler>] Prefill batch.
-#new-seq: N, #new-token: T, #cached-token: C, ...`` (``<scheduler>`` e.g. ``TP0`` or
-``DP0 TP0``; lines without a bracketed timestamp, such as tracebacks, are ignored). Each
-line becomes one batch of ``N`` requests sharing ``T`` and ``C`` evenly (remainders to
-the first requests), no load-back (the line does not say). **Approximation**: the
-forward time is the gap to the next timestamped line of the same scheduler (any line:
-the next prefill, a decode batch, ...), which includes scheduling and whatever else the
-scheduler did in between; the last prefill line of each scheduler has no successor and
-is dropped, and so is a zero gap. SGLang's default timestamps have one-second
-resolution, which makes the gaps meaningless for short forwards: log with milliseconds.
-
-Errors are :class:`FitInputError` (a ``ValueError``), one line naming the file and line.
+Input formats (batch CSVs and SGLang server logs) and their errors,
+:class:`FitInputError` (a ``ValueError``, one line naming the file and line):
+:mod:`prefillkit.cost.fit_inputs`.
 The preset (:func:`write_preset`) is a TOML file with the deployment, the coefficients
 and the cross-validated error; :func:`load_preset` + :class:`FittedCostModel` turn it
 back into a :class:`~prefillkit.cost.roofline.CostModel`.
@@ -61,18 +38,23 @@ back into a :class:`~prefillkit.cost.roofline.CostModel`.
 
 from __future__ import annotations
 
-import csv
 import math
-import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from prefillkit.cost.fit_inputs import (
+    CSV_COLUMNS,
+    FitInputError,
+    MeasuredBatch,
+    load_batches,
+    parse_batch_csv,
+    parse_sglang_log,
+)
 from prefillkit.cost.gpus import get_gpu
 from prefillkit.cost.roofline import Efficiencies, ParallelLayout, RooflineCostModel
 from prefillkit.models import get_model
@@ -109,7 +91,6 @@ FEATURES: tuple[str, ...] = (
     "loadback",
 )
 COEFFICIENTS: tuple[str, ...] = (*FEATURES, "per_forward_s", "per_request_s")
-CSV_COLUMNS: tuple[str, ...] = ("batch_id", "prefix_len", "extend_len", "loaded_tokens", "seconds")
 
 UNIT_EFFICIENCIES = Efficiencies(
     gemm_fp8=1.0,
@@ -122,19 +103,6 @@ UNIT_EFFICIENCIES = Efficiencies(
     moe_imbalance=1.0,
     comm_sms=0,
 )
-
-
-class FitInputError(ValueError):
-    """Bad calibration input: one line, naming the file and line."""
-
-
-@dataclass(frozen=True, slots=True)
-class MeasuredBatch:
-    """One measured forward: its requests' shapes and the seconds it took."""
-
-    shapes: tuple[ReqShape, ...]
-    seconds: float
-    source: str  # "file:line" of its (first) row
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,152 +160,6 @@ def feature_matrix(unit: RooflineCostModel, batches: Sequence[Sequence[ReqShape]
     """Rows ``[FEATURES..., 1, n_requests]`` per batch (the fit's design matrix)."""
     rows = [[*_features(unit.breakdown(b)), 1.0, float(len(b))] for b in batches]
     return np.asarray(rows, dtype=np.float64).reshape(len(rows), len(COEFFICIENTS))
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-def _int_field(value: str, name: str, where: str) -> int:
-    try:
-        out = int(value.strip())
-    except ValueError:
-        raise FitInputError(f"{where}: {name} must be an integer >= 0, got {value!r}") from None
-    if out < 0:
-        raise FitInputError(f"{where}: {name} must be an integer >= 0, got {value!r}")
-    return out
-
-
-def parse_batch_csv(path: Path) -> list[MeasuredBatch]:
-    """Batches of a batch CSV (module docstring); :class:`FitInputError` on bad rows."""
-    shapes: dict[str, list[ReqShape]] = {}
-    seconds: dict[str, float] = {}
-    first: dict[str, str] = {}
-    with path.open(newline="", encoding="utf-8") as fh:
-        lines = [(i, ln) for i, ln in enumerate(fh, 1) if ln.strip() and not ln.startswith("#")]
-    if not lines:
-        raise FitInputError(f"{path}: empty batch CSV")
-    header_no, header_line = lines[0]
-    header = [h.strip() for h in next(csv.reader([header_line]))]
-    missing = [c for c in CSV_COLUMNS if c not in header]
-    if missing:
-        raise FitInputError(
-            f"{path}:{header_no}: batch CSV header lacks {', '.join(missing)} "
-            f"(needs {', '.join(CSV_COLUMNS)})"
-        )
-    col = {c: header.index(c) for c in CSV_COLUMNS}
-    for line_no, line in lines[1:]:
-        where = f"{path}:{line_no}"
-        cells = next(csv.reader([line]))
-        if len(cells) != len(header):
-            raise FitInputError(f"{where}: expected {len(header)} fields, got {len(cells)}")
-        bid = cells[col["batch_id"]].strip()
-        if not bid:
-            raise FitInputError(f"{where}: empty batch_id")
-        p = _int_field(cells[col["prefix_len"]], "prefix_len", where)
-        e = _int_field(cells[col["extend_len"]], "extend_len", where)
-        ld = _int_field(cells[col["loaded_tokens"]], "loaded_tokens", where)
-        if ld > p:
-            raise FitInputError(f"{where}: loaded_tokens {ld} exceeds prefix_len {p}")
-        raw = cells[col["seconds"]].strip()
-        try:
-            sec = float(raw)
-        except ValueError:
-            sec = math.nan
-        if not (math.isfinite(sec) and sec > 0.0):
-            raise FitInputError(f"{where}: seconds must be a finite number > 0, got {raw!r}")
-        if bid in seconds and seconds[bid] != sec:
-            raise FitInputError(
-                f"{where}: batch {bid!r} has seconds {sec} here but {seconds[bid]} at {first[bid]}"
-            )
-        shapes.setdefault(bid, []).append(ReqShape(p, e, ld))
-        seconds[bid] = sec
-        first.setdefault(bid, where)
-    if not shapes:
-        raise FitInputError(f"{path}: batch CSV has a header but no rows")
-    return [MeasuredBatch(tuple(shapes[b]), seconds[b], first[b]) for b in shapes]
-
-
-_LOG_PREFIX = re.compile(
-    r"^\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?)(?P<who>[^\]]*)\]\s?(?P<msg>.*)$"
-)
-_PREFILL = re.compile(
-    r"Prefill batch[^.]*\.\s*#new-seq:\s*(?P<n>\d+),\s*#new-token:\s*(?P<t>\d+),"
-    r"\s*#cached-token:\s*(?P<c>\d+)"
-)
-
-
-def _split(total: int, n: int) -> list[int]:
-    base, extra = divmod(total, n)
-    return [base + (1 if i < extra else 0) for i in range(n)]
-
-
-def parse_sglang_log(path: Path) -> list[MeasuredBatch]:
-    """Batches of an SGLang server log (module docstring: the gap approximation)."""
-    pending: dict[str, tuple[datetime, tuple[ReqShape, ...], str]] = {}
-    out: list[MeasuredBatch] = []
-    seen = False
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for line_no, raw in enumerate(fh, 1):
-            m = _LOG_PREFIX.match(raw.rstrip("\n"))
-            if m is None:
-                if "Prefill batch" in raw:
-                    raise FitInputError(
-                        f"{path}:{line_no}: 'Prefill batch' line without a "
-                        "'[YYYY-MM-DD HH:MM:SS scheduler]' prefix"
-                    )
-                continue
-            seen = True
-            where = f"{path}:{line_no}"
-            ts = datetime.fromisoformat(m["ts"].replace(",", "."))
-            who = m["who"].strip()
-            prev = pending.pop(who, None)
-            if prev is not None:
-                gap = (ts - prev[0]).total_seconds()
-                if gap > 0.0:
-                    out.append(MeasuredBatch(prev[1], gap, prev[2]))
-            msg = m["msg"]
-            if "Prefill batch" not in msg:
-                continue
-            pm = _PREFILL.search(msg)
-            if pm is None:
-                raise FitInputError(
-                    f"{where}: unknown Prefill batch format (expected '#new-seq: N, "
-                    "#new-token: T, #cached-token: C')"
-                )
-            n, t, c = int(pm["n"]), int(pm["t"]), int(pm["c"])
-            if n < 1:
-                raise FitInputError(f"{where}: #new-seq must be >= 1, got {n}")
-            shapes = tuple(ReqShape(p, e) for p, e in zip(_split(c, n), _split(t, n), strict=True))
-            pending[who] = (ts, shapes, where)
-    if not seen:
-        raise FitInputError(f"{path}:1: no timestamped SGLang log lines")
-    return out
-
-
-def load_batches(path: Path) -> list[MeasuredBatch]:
-    """Batches of one file, its format detected from its first meaningful line."""
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        first = next(
-            ((i, ln) for i, ln in enumerate(fh, 1) if ln.strip() and not ln.startswith("#")),
-            None,
-        )
-    if first is None:
-        raise FitInputError(f"{path}:1: empty file")
-    line_no, line = first
-    cols = {c.strip() for c in line.split(",")}
-    if "batch_id" in cols:
-        return parse_batch_csv(path)
-    if _LOG_PREFIX.match(line.rstrip("\n")):
-        return parse_sglang_log(path)
-    if {"forward_s", "batch"} & cols or "extend_tokens" in cols:
-        raise FitInputError(
-            f"{path}:{line_no}: looks like prefillkit's batches.csv (per-batch totals only); "
-            f"give a batch CSV with columns {', '.join(CSV_COLUMNS)}"
-        )
-    raise FitInputError(
-        f"{path}:{line_no}: unknown format: expected a batch CSV header "
-        f"({', '.join(CSV_COLUMNS)}) or SGLang log lines '[YYYY-MM-DD HH:MM:SS TP0] ...'"
-    )
 
 
 # --------------------------------------------------------------------------- fitting

@@ -32,14 +32,7 @@ def rank_work(
     r = cp_size
     page = page_size if r > 1 else 1
     if not topk:
-        rows = [0] * r
-        attn = [0] * r
-        for req in batch:
-            p, e = req.prefix_len, req.extend_len
-            if p < 0 or e < 0:
-                raise ValueError(f"negative ReqShape field: {req}")
-            add_lane_span(rows, attn, p, p + e, page)
-        return rows, attn, [0] * r
+        return _dense_rank_work(batch, r, page)
     if len(batch) == 1:  # the common bs = 1 forward: one span, lanes derived from it
         req = batch[0]
         p, e = req.prefix_len, req.extend_len
@@ -80,3 +73,17 @@ def rank_work(
     attn = [low_keys[i] + low_keys_i[i] + topk * (high_rows[i] + high_rows_n[i]) for i in lanes]
     idx = [low_keys_i[i] + high_keys[i] for i in lanes]
     return rows, attn, idx
+
+
+def _dense_rank_work(
+    batch: Sequence[ReqShape], r: int, page: int
+) -> tuple[list[int], list[int], list[int]]:
+    """:func:`rank_work` of a dense model: every row attends its causal keys, no indexer."""
+    rows = [0] * r
+    attn = [0] * r
+    for req in batch:
+        p, e = req.prefix_len, req.extend_len
+        if p < 0 or e < 0:
+            raise ValueError(f"negative ReqShape field: {req}")
+        add_lane_span(rows, attn, p, p + e, page)
+    return rows, attn, [0] * r

@@ -18,27 +18,10 @@ Layout (``num_gpus = attn_tp × cp_size × dp_size``):
 - the routed experts run expert-parallel over ``ep_size`` GPUs (``ep_size == 1``: tensor
   parallel over all ``num_gpus``).
 
-Per prefill forward, for each attention rank ``r`` (query rows ``rows_r``, causal keys
-``keys_r``; sums over the batch):
-
-- ``linear``: every token-local GEMM of :func:`~prefillkit.models.token_local_gemms`
-  (attention and indexer projections, shared experts, router, dense-FFN layers; the
-  vocabulary matrices excluded) at ``rows_r`` rows with its attention-TP split, each
-  timed by :class:`~prefillkit.cost.gemm.GemmTimer` under the small-GEMM assumption
-  (``tiles``: tile padding and wave quantisation over the SMs; ``sqrt-h100``; ``ideal``),
-  never below its memory roofline.
-- ``attention``: ``layers × 2 × heads × f × keys_r`` at ``eff_attn`` of the bf16 peak,
-  ``f = d_qk + d_v`` in the MHA form and ``2 kv_lora + rope`` in the absorbed MLA form,
-  picked per batch as SGLang does (:meth:`RooflineCostModel.attention_coefficient`);
-  ``heads`` is the rank's ``H / attn_tp``, padded for DSA models to FlashMLA's sparse
-  kernel (:func:`sparse_kernel_heads`). A query at position ``x`` attends ``x + 1`` keys
-  (dense) or ``min(x + 1, index_topk)`` (DSA/NSA sparse models).
-- ``indexer`` (sparse models, requests whose context exceeds ``sparse_dense_threshold``):
-  ``layers × 2 × index_heads × index_head_dim × (x + 1)`` per query at ``eff_indexer`` of
-  the fp8 peak: it scans the whole context, so a cached prefix still costs.
-- ``elementwise``: norms, rope, activations, quantisation and residual traffic,
-  ``rows_r × layers × activation bytes per token-layer / (hbm × eff_mem)``; the bytes
-  are :func:`activation_bytes_per_token_layer` (an assumption stated there).
+Per prefill forward, each attention rank ``r`` runs ``linear``, ``attention``,
+``indexer`` and ``elementwise`` over its query rows and causal keys
+(:func:`~prefillkit.cost.rank_work.rank_work`); each term's formula and coefficient:
+:mod:`prefillkit.cost.roofline_setup`.
 
 The forward's compute is ``max_r(rank time)`` plus ``moe_experts``: the busiest GPU's
 routed-expert grouped GEMMs over its local experts, ``T × k / E ×
@@ -46,24 +29,8 @@ moe_imbalance(T)`` rows each on average (``T`` = extend tokens of the whole inst
 padded per expert to the tile (:meth:`~prefillkit.cost.gemm.GemmTimer.grouped_expert_time`),
 never below reading the local experts' weights.
 
-Communication (per forward, all layers), each on its own link:
-
-- ``moe_comm``: EP dispatch (fp8 activations + scales for FP8 checkpoints, else bf16)
-  and combine (bf16) of the busiest rank's tokens, ``k`` copies each. Inside one NVLink
-  domain: ``rows × k × (ep-1)/ep × bytes`` over NVLink. Across ``N`` nodes, DeepEP-style
-  hierarchical dispatch sends a token once per distinct remote node, ``(N-1) ×
-  (1 - (1 - 1/N)^k)`` copies, over the NIC, and the NVLink share as above; the slower
-  link bounds. Without EP (``ep_size == 1``, ``num_gpus > 1``): an all-gather before and
-  a reduce-scatter after the MoE of ``T`` tokens' bf16 hidden state, ``2 × (n-1)/n ×
-  T × hidden × 2`` bytes per GPU per MoE layer.
-- ``tp_comm`` (``attn_tp > 1``): ring all-reduce of the attention output, ``2 ×
-  (t-1)/t × rows × hidden × 2`` bytes per layer.
-- ``cp_kv_gather`` (``cp_size > 1``): shared-KV keeps page ``j``'s KV on lane ``j mod R``
-  only, and the CP attention/indexer kernels read the context densely (the buffer
-  estimator's ``kv_materialize`` + ``index_k_materialize``), so every rank reads the
-  ``(R-1)/R`` remote share of **every context row** of the batch (prefix and extend)
-  once per layer: ``Σ (prefix + extend) × (R-1)/R × kv_bytes_per_token`` over NVLink.
-  *Assumption*: no DSA top-k-only gather.
+Communication (``moe_comm``, ``tp_comm``, ``cp_kv_gather``; per forward, all layers, each
+on its own link) and the host load-back: :mod:`prefillkit.cost.roofline_comm`.
 
 Overlap rule (what hides and what does not):
 
@@ -76,9 +43,6 @@ Overlap rule (what hides and what does not):
   them first) unless ``cp_kv_prefetch`` (the bs>1 L1 prefetch of the spec): then the
   gather hides under compute and only ``max(0, gather - compute)`` is exposed.
 - host **load-back** is layer-wise H2D under compute: ``max(0, load - compute)``.
-  ``loaded × kv_bytes_per_token / kv_shards / h2d_bandwidth`` per GPU; shared-KV CP
-  shards the latent over the ``R`` lanes, MLA otherwise keeps the full latent on every
-  GPU, GQA shards KV heads over ``min(num_gpus, kv_heads)``.
 - fixed costs: ``per_forward`` (batch set-up, launch, sampling sync) and ``per_request``
   (page table, owner-lane remap, positions and first-token sampling per request).
 
@@ -107,13 +71,20 @@ from prefillkit.cost.efficiency import Efficiencies as Efficiencies
 from prefillkit.cost.efficiency import (
     activation_bytes_per_token_layer as activation_bytes_per_token_layer,
 )
-from prefillkit.cost.efficiency import check_fraction, check_positive
-from prefillkit.cost.gemm import GemmTimer
 from prefillkit.cost.gpus import GpuSpec
 from prefillkit.cost.protocol import BREAKDOWN_KEYS as BREAKDOWN_KEYS
 from prefillkit.cost.protocol import CostModel as CostModel
 from prefillkit.cost.protocol import ParallelLayout as ParallelLayout
 from prefillkit.cost.rank_work import rank_work
+from prefillkit.cost.roofline_comm import RooflineComm
+from prefillkit.cost.roofline_setup import (
+    attention_coefficients,
+    decode_batch_terms,
+    expert_shares,
+    gemm_timer,
+    resolve_settings,
+)
+from prefillkit.cost.roofline_setup import sparse_kernel_heads as sparse_kernel_heads
 from prefillkit.models import ModelSpec, token_local_gemms
 from prefillkit.sched.buffer import ReqShape
 
@@ -137,19 +108,6 @@ DEFAULT_PER_FORWARD_S: float = 0.003
 # positions, sampling); the same order as this repository's measured upstream admission
 # cost per request (60-85 us, benchmarks/RESULTS.md).
 DEFAULT_PER_REQUEST_S: float = 0.0001
-
-
-def sparse_kernel_heads(model: ModelSpec, gpu: GpuSpec, attn_tp: int) -> float:
-    """Query heads one rank's absorbed-MLA kernel computes: the rank's ``H / attn_tp``,
-    padded for DSA/NSA sparse models to the multiple FlashMLA's sparse kernels require,
-    64 on Hopper and 128 on Blackwell (SGLang 0.5.23 ``dsa_backend._forward_flashmla_sparse``
-    zero-pads q to it; ``flashmla_kv`` likewise): GLM-5's 64 heads at attention TP 8 run 8
-    heads' work in a 64-head kernel."""
-    local = model.num_heads / attn_tp
-    if not model.is_sparse:
-        return local
-    pad = 128 if gpu.family == "blackwell" else 64
-    return float(math.ceil(local / pad) * pad)
 
 
 class RooflineCostModel:
@@ -177,34 +135,13 @@ class RooflineCostModel:
         gemm_dtype: str | None = None,
         small_gemm: str = "tiles",
     ) -> None:
-        if num_gpus < 1:
-            raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
-        layout = layout or ParallelLayout(num_gpus)
-        if layout.num_gpus != num_gpus:
-            raise ValueError(f"layout has {layout.num_gpus} GPUs, expected {num_gpus}")
-        if page_size < 1:
-            raise ValueError(f"page_size must be >= 1, got {page_size}")
-        if gemm_dtype is None:
-            gemm_dtype = "fp8" if model.weight_bytes_per_param <= 1.0 else "bf16"
-        if gemm_dtype not in ("fp8", "bf16"):
-            raise ValueError(f"gemm_dtype must be 'fp8' or 'bf16', got {gemm_dtype!r}")
-        eff = eff or FAMILY_EFFICIENCIES[gpu.family]
-        if eff_gemm is None:
-            eff_gemm = eff.gemm_fp8 if gemm_dtype == "fp8" else eff.gemm_bf16
-        if eff_attn is None:
-            eff_attn = eff.attn
-        if kv_bytes_per_token is None:
-            kv_bytes_per_token = model.kv_bytes_per_token_bf16
-        check_fraction("eff_gemm", eff_gemm)
-        check_fraction("eff_attn", eff_attn)
-        check_positive("h2d_bandwidth", h2d_bandwidth)
-        check_positive("kv_transfer_bandwidth", kv_transfer_bandwidth)
-        for name, value in (("per_forward_s", per_forward_s), ("per_request_s", per_request_s)):
-            if value < 0.0 or not math.isfinite(value):
-                raise ValueError(f"{name} must be finite and >= 0, got {value}")
-        if kv_bytes_per_token <= 0:
-            raise ValueError(f"kv_bytes_per_token must be > 0, got {kv_bytes_per_token}")
-
+        layout, eff, gemm_dtype, eff_gemm, eff_attn, kv_bytes_per_token = resolve_settings(
+            model, gpu, num_gpus, layout=layout, page_size=page_size, eff=eff,
+            eff_gemm=eff_gemm, eff_attn=eff_attn, per_forward_s=per_forward_s,
+            per_request_s=per_request_s, h2d_bandwidth=h2d_bandwidth,
+            kv_transfer_bandwidth=kv_transfer_bandwidth,
+            kv_bytes_per_token=kv_bytes_per_token, gemm_dtype=gemm_dtype,
+        )  # fmt: skip
         self.model = model
         self.gpu = gpu
         self.num_gpus = num_gpus
@@ -219,81 +156,45 @@ class RooflineCostModel:
         self.kv_transfer_bandwidth = kv_transfer_bandwidth
         self.kv_bytes_per_token = kv_bytes_per_token
         self.gemm_dtype = gemm_dtype
-
-        m = model
-        tp = layout.attn_tp
         self.small_gemm = small_gemm
+        self._init_terms()
+
+    def _init_terms(self) -> None:
+        """The per-deployment coefficients the per-forward pricing multiplies out (set
+        once: the model's settings are fixed once built)."""
+        m, gpu, layout, eff = self.model, self.gpu, self.layout, self.eff
+        tp = layout.attn_tp
+        gemm_dtype = self.gemm_dtype
         self._gemm_peak = gpu.peak_flops_fp8 if gemm_dtype == "fp8" else gpu.peak_flops_bf16
         self._mem_bw = gpu.hbm_bandwidth * eff.mem
-        # Attention FLOPs per (query, key) pair, all layers, one attention-TP rank: the MHA
-        # form 2 H (d_qk + d_v); the absorbed MLA form 2 H (2 kv_lora + rope) (QK over the
-        # latent and rope dims, PV over the latent; CHUNKED_PREFIX_CACHE_THRESHOLD's note).
-        self._attn_coef = 2.0 * m.num_layers * m.num_heads * (m.head_dim_qk + m.head_dim_v) / tp
-        absorbed = 2 * m.kv_lora_rank + m.qk_rope_head_dim
-        self._absorbed_coef = 2.0 * m.num_layers * sparse_kernel_heads(m, gpu, tp) * absorbed
-        self._attn_rate = gpu.peak_flops_bf16 * eff_attn
-        self._idx_coef = 2.0 * m.num_layers * m.index_n_heads * m.index_head_dim / tp
-        self._idx_rate = gpu.peak_flops_fp8 * eff.indexer
+        # Hot-path coefficients (breakdown): every term below is linear in its input.
+        self._a_attn, self._a_absorbed, self._b_idx = attention_coefficients(
+            m, gpu, tp, eff, self.eff_attn
+        )
         self._topk = m.index_topk if m.is_sparse else 0
         self._mla = m.attention == "mla" and m.kv_lora_rank > 0
         self._gemms = token_local_gemms(m)
-        act_bytes = 1.0 if gemm_dtype == "fp8" else 2.0
-        self._timer = GemmTimer(
-            gpu,
-            peak=self._gemm_peak,
-            eff=eff_gemm,
-            mem_bw=self._mem_bw,
-            weight_bytes=m.weight_bytes_per_param,
-            act_bytes=act_bytes,
-            small_gemm=small_gemm,
-        )
+        self._timer = gemm_timer(
+            m, gpu, gemm_dtype=gemm_dtype, peak=self._gemm_peak, eff_gemm=self.eff_gemm,
+            mem_bw=self._mem_bw, small_gemm=self.small_gemm,
+        )  # fmt: skip
         self._linear_memo: dict[int, float] = {}
         self._moe_memo: dict[int, float] = {}
-        elem_bytes = activation_bytes_per_token_layer(m, tp)
-        self._elem_s_per_row = elem_bytes * m.num_layers / self._mem_bw
-        # Routed experts on the busiest GPU: its local experts (EP: E / ep whole experts;
-        # MoE TP: a 1 / num_gpus slice of every expert's width).
+        self._elem_s_per_row = activation_bytes_per_token_layer(m, tp) * m.num_layers / self._mem_bw
         self._ep = layout.ep_size
-        if m.num_experts and 0 < m.experts_per_token < m.num_experts:
-            k, e = m.experts_per_token, m.num_experts
-            self._k_over_e = k / e
-            self._local_experts = e / self._ep if self._ep > 1 else float(e)
-            self._expert_width = (
-                m.moe_intermediate_size if self._ep > 1 else -(-m.moe_intermediate_size // num_gpus)
-            )
-        else:
-            self._k_over_e = 0.0
-            self._local_experts = 0.0
-            self._expert_width = 0
-        # Links.
-        self._nvl_bw = gpu.nvlink_bandwidth * eff.nvlink
-        self._net_bw = gpu.net_bandwidth * eff.net
-        self._sm_frac = min(eff.comm_sms / gpu.num_sms, 0.9)
-        disp = (
-            m.hidden_size * (1.0 + 4.0 / 128)
-            if m.weight_bytes_per_param <= 1.0
-            else (2.0 * m.hidden_size)
+        self._k_over_e, self._local_experts, self._expert_width = expert_shares(
+            m, self._ep, self.num_gpus
         )
-        self._a2a_bytes_per_copy = disp + 2.0 * m.hidden_size  # dispatch + bf16 combine
-        # Host load-back shards.
-        if layout.cp_size > 1 and layout.shared_kv:
-            self._kv_shards = layout.cp_size
-        elif m.attention == "mla":
-            self._kv_shards = 1
-        else:
-            self._kv_shards = max(1, min(num_gpus, m.num_kv_heads))
-        # Hot-path coefficients (breakdown): every term below is linear in its input.
-        self._a_attn = self._attn_coef / self._attn_rate
-        self._a_absorbed = self._absorbed_coef / self._attn_rate
-        self._b_idx = self._idx_coef / self._idx_rate
+        self._sm_frac = min(eff.comm_sms / gpu.num_sms, 0.9)
         self._dp = layout.dp_size
         self._tbo = layout.two_batch_overlap
         self._prefetch = layout.cp_kv_prefetch
-        self._comm_per_rank_row = self.moe_comm_time(1.0, 0)
-        self._comm_per_token = self.moe_comm_time(0.0, 1)
-        self._tp_per_rank_row = self.tp_comm_time(1.0)
-        self._gather_per_token = self.cp_gather_time(1)
-        self._load_per_token = self.loadback_time(1)
+        self._comm = RooflineComm(m, gpu, layout, eff, self.kv_bytes_per_token, self.h2d_bandwidth)
+        self._comm_per_rank_row = self._comm.moe_comm_time(1.0, 0)
+        self._comm_per_token = self._comm.moe_comm_time(0.0, 1)
+        self._tp_per_rank_row = self._comm.tp_comm_time(1.0)
+        self._gather_per_token = self._comm.cp_gather_time(1)
+        self._load_per_token = self._comm.loadback_time(1)
         # decode_step_time's batch-size terms (NOTE: the model's settings are fixed once
         # built, as the per-row constants above assume).
         self._decode_terms: dict[int, tuple[float, float]] = {}
@@ -395,53 +296,19 @@ class RooflineCostModel:
 
     def moe_comm_time(self, rank_rows: float, tokens: int) -> float:
         """Raw MoE communication time per forward (EP all-to-all or TP collectives)."""
-        m = self.model
-        lay = self.layout
-        if m.num_experts == 0 and lay.num_gpus == 1:
-            return 0.0
-        if self._ep > 1:
-            rows = rank_rows / lay.attn_tp
-            k = m.experts_per_token
-            nodes = -(-self._ep // self.gpu.nvlink_domain)
-            nvl = rows * k * (self._ep - 1) / self._ep * self._a2a_bytes_per_copy
-            per_layer = nvl / self._nvl_bw
-            if nodes > 1:
-                remote = (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** k)
-                per_layer = max(per_layer, rows * remote * self._a2a_bytes_per_copy / self._net_bw)
-            return per_layer * m.moe_layers
-        n = lay.num_gpus
-        if n == 1:
-            return 0.0
-        layers = m.moe_layers if m.num_experts else m.num_layers
-        if lay.cp_size == 1 and lay.dp_size == 1:
-            return 0.0  # pure TP: the FFN all-reduce is counted with the attention one
-        volume = 2.0 * (n - 1) / n * tokens * m.hidden_size * 2.0
-        bw = self._nvl_bw if n <= self.gpu.nvlink_domain else self._net_bw
-        return volume / bw * layers
+        return self._comm.moe_comm_time(rank_rows, tokens)
 
     def tp_comm_time(self, rank_rows: float) -> float:
         """Attention all-reduce time of one rank's rows (``attn_tp > 1``)."""
-        t = self.layout.attn_tp
-        if t == 1:
-            return 0.0
-        m = self.model
-        per_layer = 2.0 * (t - 1) / t * rank_rows * m.hidden_size * 2.0
-        if self.layout.cp_size == 1 and self.layout.dp_size == 1:
-            per_layer *= 2.0  # pure TP: the FFN output is all-reduced too
-        bw = self._nvl_bw if t <= self.gpu.nvlink_domain else self._net_bw
-        return per_layer * self.model.num_layers / bw
+        return self._comm.tp_comm_time(rank_rows)
 
     def cp_gather_time(self, context_tokens: int) -> float:
         """Shared-KV CP read of the remote share of every context row, all layers."""
-        r = self.layout.cp_size
-        if r == 1:
-            return 0.0
-        return context_tokens * (r - 1) / r * self.kv_bytes_per_token / self._nvl_bw
+        return self._comm.cp_gather_time(context_tokens)
 
     def loadback_time(self, loaded_tokens: int) -> float:
         """Raw host->device load time for ``loaded_tokens`` tokens (before overlap)."""
-        per_gpu = loaded_tokens * self.kv_bytes_per_token / self._kv_shards
-        return per_gpu / self.h2d_bandwidth
+        return self._comm.loadback_time(loaded_tokens)
 
     def rank_work(self, batch: Sequence[ReqShape]) -> tuple[list[int], list[int], list[int]]:
         """Per attention rank: query rows, attention keys and indexer keys of ``batch``
@@ -478,21 +345,7 @@ class RooflineCostModel:
         # (tests check both give the same terms). The busiest rank: every lane's time is
         # linear(rows) + a * attention keys + b * indexer keys + c * rows.
         a = self.attention_coefficient(batch)
-        b = self._b_idx
-        c = self._elem_s_per_row
-        best_t = -1.0
-        best = 0
-        best_lin = 0.0
-        memo = self._linear_memo
-        for lane, lane_rows in enumerate(rows):
-            lin = memo.get(lane_rows) if lane_rows else 0.0
-            if lin is None:
-                lin = self.linear_time(lane_rows)
-            t = a * attn_keys[lane] + b * idx_keys[lane] + c * lane_rows + lin
-            if t > best_t:
-                best_t = t
-                best = lane
-                best_lin = lin
+        best, best_t, best_lin = self._busiest_lane(rows, attn_keys, idx_keys, a)
         busiest_rows = rows[best]
         instance_tokens = tokens * self._dp
         experts = self.moe_expert_time(instance_tokens) if instance_tokens > 0 else 0.0
@@ -511,8 +364,8 @@ class RooflineCostModel:
         parts = {
             "linear": best_lin,
             "attention": a * attn_keys[best],
-            "indexer": b * idx_keys[best],
-            "elementwise": c * busiest_rows,
+            "indexer": self._b_idx * idx_keys[best],
+            "elementwise": self._elem_s_per_row * busiest_rows,
             "moe_experts": experts,
             "moe_comm_exposed": core - compute,
             "tp_comm": self._tp_per_rank_row * busiest_rows,
@@ -523,6 +376,28 @@ class RooflineCostModel:
         }
         parts["total"] = sum(parts.values())
         return parts
+
+    def _busiest_lane(
+        self, rows: list[int], attn_keys: list[int], idx_keys: list[int], a: float
+    ) -> tuple[int, float, float]:
+        """The busiest attention rank of a forward (the NOTE in :meth:`breakdown`): its
+        index, its time and its linear term."""
+        b = self._b_idx
+        c = self._elem_s_per_row
+        best_t = -1.0
+        best = 0
+        best_lin = 0.0
+        memo = self._linear_memo
+        for lane, lane_rows in enumerate(rows):
+            lin = memo.get(lane_rows) if lane_rows else 0.0
+            if lin is None:
+                lin = self.linear_time(lane_rows)
+            t = a * attn_keys[lane] + b * idx_keys[lane] + c * lane_rows + lin
+            if t > best_t:
+                best_t = t
+                best = lane
+                best_lin = lin
+        return best, best_t, best_lin
 
     def forward_time(self, batch: Sequence[ReqShape]) -> float:
         return self.breakdown(batch)["total"]
@@ -563,26 +438,12 @@ class RooflineCostModel:
             kv = float(total_context) * self.kv_bytes_per_token
         terms = self._decode_terms.get(batch_size)
         if terms is None:
-            terms = self._decode_terms[batch_size] = self._decode_batch_terms(batch_size)
+            terms = self._decode_terms[batch_size] = decode_batch_terms(
+                m, batch_size, self.num_gpus, self._gemm_peak, self._timer
+            )
         weights, compute = terms
         memory = (weights + kv) / (self.num_gpus * self._mem_bw)
         return max(memory, compute) + self.per_forward_s
-
-    def _decode_batch_terms(self, batch_size: int) -> tuple[float, float]:
-        """The parts of :meth:`decode_step_time` that depend on the batch size alone: the
-        weight bytes the step reads and its compute time (kept per batch size: a decode
-        run asks for the same few sizes millions of times)."""
-        m = self.model
-        if m.num_experts:
-            frac = 1.0 - (1.0 - m.experts_per_token / m.num_experts) ** batch_size
-            routed = m.expert_params * m.num_experts * m.moe_layers
-            weights = (m.total_params - routed + routed * frac) * m.weight_bytes_per_param
-        else:
-            weights = m.total_params * m.weight_bytes_per_param
-        compute = (2.0 * m.active_params * batch_size) / (
-            self.num_gpus * self._gemm_peak * self.gemm_efficiency(batch_size)
-        )
-        return weights, compute
 
     def kv_transfer_time(self, tokens: int) -> float:
         """``tokens × kv_bytes_per_token / kv_transfer_bandwidth`` (no fixed latency)."""

@@ -20,12 +20,20 @@ Memory: a chunk of each column read at a time, the windows' edges and counts (at
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prefillkit.records.exact_stats import LIMIT, mean_std, percentiles
+from prefillkit.records.column_stats import BusyChunks as BusyChunks
+from prefillkit.records.column_stats import Column as _Column
+from prefillkit.records.column_stats import busy_before as _busy_before
+from prefillkit.records.column_stats import column_max as _max
+from prefillkit.records.column_stats import count_before as _count_before
+from prefillkit.records.column_stats import finite_column as _finite
+from prefillkit.records.column_stats import latency_stats as _latency_stats
+from prefillkit.records.column_stats import ttft_stats as _ttft_stats
+from prefillkit.records.exact_stats import LIMIT
 from prefillkit.records.run_flags import drain_limit_s, drain_seconds, flag_metrics
-from prefillkit.records.slo import DEFAULT_PERCENTILES, pct_key
+from prefillkit.records.slo import DEFAULT_PERCENTILES
 from prefillkit.records.spill import SpillColumns
 from prefillkit.records.steady import CLASS_CODES, num_windows, steady_interval, window_record
 from prefillkit.text import lazy_module
@@ -36,98 +44,6 @@ else:
     np = lazy_module("numpy")
 
 __all__ = ["BusyChunks", "streaming_summary"]
-
-#: A fresh pass over the executor's busy intervals, sorted by start: (starts, durations)
-#: arrays a chunk at a time.
-BusyChunks = Callable[[], Iterable[tuple["np.ndarray", "np.ndarray"]]]
-
-
-class _Column:
-    """One column of a :class:`SpillColumns` (or a filtered view of one) as the
-    selection and the sums read it."""
-
-    def __init__(self, cols: SpillColumns, name: str, lo: int = 0, hi: int | None = None):
-        self.cols, self.name = cols, name
-        self.lo = lo
-        self.hi = len(cols) if hi is None else hi
-
-    def __len__(self) -> int:
-        return self.hi - self.lo
-
-    def chunks(self) -> Iterator[np.ndarray]:
-        return self.cols.chunks(self.name, self.lo, self.hi)
-
-    def read(self, a: int, b: int) -> np.ndarray:
-        return self.cols.read(self.name, self.lo + a, self.lo + b)
-
-
-def _ttft_stats(
-    chunks: Callable[[], Iterable[np.ndarray]], n: int, prefix: str, limit: int
-) -> dict[str, float | None]:
-    """:func:`prefillkit.records.steady.ttft_stats` over ``n`` values read by ``chunks``."""
-    if n == 0:
-        return dict.fromkeys((f"{prefix}{q}_s" for q in ("p50", "p90", "p99", "max")), None)
-    p50, p90, p99 = percentiles(chunks, n, (50, 90, 99), limit)
-    return {
-        f"{prefix}p50_s": p50,
-        f"{prefix}p90_s": p90,
-        f"{prefix}p99_s": p99,
-        f"{prefix}max_s": _max(chunks()),
-    }
-
-
-def _max(chunks: Iterable[np.ndarray]) -> float:
-    return max(float(c.max()) for c in chunks if len(c))
-
-
-def _latency_stats(col: _Column, metric: str, qs: Sequence[float], limit: int) -> dict[str, Any]:
-    """:func:`prefillkit.records.slo._stats` of a column."""
-    n = len(col)
-    if n == 0:
-        out: dict[str, Any] = {pct_key(metric, q): None for q in qs}
-        out.update({f"{metric}_{s}_s": None for s in ("mean", "std", "max")})
-        return out
-    values = percentiles(col.chunks, n, qs, limit)
-    out = {pct_key(metric, q): v for q, v in zip(qs, values, strict=True)}
-    mean, std = mean_std(col.read, n, limit)
-    out[f"{metric}_mean_s"] = mean
-    out[f"{metric}_std_s"] = std
-    out[f"{metric}_max_s"] = _max(col.chunks())
-    return out
-
-
-def _count_before(chunks: Iterable[np.ndarray], t: np.ndarray, side: str = "left") -> np.ndarray:
-    """For each time in ``t``: how many values (sorted chunk by chunk) lie before it
-    (``side="left"``: ``< t``; ``"right"``: ``<= t``)."""
-    out = np.zeros(len(t), dtype=np.int64)
-    for c in chunks:
-        out += np.searchsorted(c, t, side=side)  # type: ignore[call-overload]
-    return out
-
-
-def _busy_before(busy: BusyChunks, t: np.ndarray) -> tuple[np.ndarray, float]:
-    """:func:`prefillkit.records.steady.busy_before` at each time in ``t`` (sorted), and the
-    durations' sum in order (Python's ``sum``), from busy intervals read in chunks.
-
-    NOTE: the busy time before interval ``k`` is the running sum of the durations in
-    order (numpy's ``cumsum`` adds them one at a time), carried from chunk to chunk."""
-    out = np.zeros(len(t))
-    carry = 0.0  # durations before this chunk, summed in order
-    for starts, durations in busy():
-        if len(starts) == 0:
-            continue
-        # k: intervals starting at or before t, over the whole run so far
-        k = np.searchsorted(starts, t, side="right")
-        running = np.add.accumulate(np.concatenate(([carry], durations)))
-        inside = k > 0
-        prev = np.maximum(k - 1, 0)
-        partial = np.minimum(t - starts[prev], durations[prev])
-        value = running[prev] + np.maximum(partial, 0.0)
-        # NOTE: an edge is settled by the last chunk with an interval starting at or
-        # before it; later chunks overwrite earlier ones.
-        out = np.where(inside, value, out)
-        carry = float(running[-1])
-    return out, carry
 
 
 def _windows(
@@ -141,23 +57,7 @@ def _windows(
     """:func:`prefillkit.records.steady._windows` from the columns."""
     n = len(edges) - 1
     clipped = np.minimum(edges, max(sim_end_s, float(edges[0])))
-    inner = edges[1:n]
-    # rows before each window: arrivals < edges[i] (window i = arrivals in
-    # [edges[i], edges[i+1]); the first and last windows take what rounding left out)
-    arrived = np.concatenate(([0], _count_before(reqs.chunks("arrival"), inner), [len(reqs)]))
-    bounds = np.concatenate(([0], _count_before(done.chunks("arrival"), inner), [len(done)]))
-    tokens = _count_before(
-        (np.sort(c) for c in done.chunks("first_token")), clipped
-    )  # first tokens < each clipped edge
-    kept = _count_before(
-        (
-            a[k.astype(bool)]
-            for a, k in zip(reqs.chunks("arrival"), reqs.chunks("kept"), strict=True)
-        ),
-        clipped,
-    )
-    backlog = kept - tokens
-    firsts = np.diff(tokens)
+    arrived, bounds, backlog, firsts = _window_counts(reqs, done, edges, clipped)
     busy_at, _ = _busy_before(busy, clipped)
     out: list[dict[str, Any]] = []
     for i in range(n):
@@ -175,6 +75,33 @@ def _windows(
             )
         )
     return out
+
+
+def _window_counts(
+    reqs: SpillColumns, done: SpillColumns, edges: np.ndarray, clipped: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(arrived, bounds, backlog, firsts)`` of :func:`_windows`: the rows of ``reqs``
+    and of ``done`` before each edge, the backlog at each clipped edge (kept requests
+    arrived, less first tokens) and the first tokens in each window."""
+    n = len(edges) - 1
+    inner = edges[1:n]
+    # rows before each window: arrivals < edges[i] (window i = arrivals in
+    # [edges[i], edges[i+1]); the first and last windows take what rounding left out)
+    arrived = np.concatenate(([0], _count_before(reqs.chunks("arrival"), inner), [len(reqs)]))
+    bounds = np.concatenate(([0], _count_before(done.chunks("arrival"), inner), [len(done)]))
+    tokens = _count_before(
+        (np.sort(c) for c in done.chunks("first_token")), clipped
+    )  # first tokens < each clipped edge
+    kept = _count_before(
+        (
+            a[k.astype(bool)]
+            for a, k in zip(reqs.chunks("arrival"), reqs.chunks("kept"), strict=True)
+        ),
+        clipped,
+    )
+    backlog = kept - tokens
+    firsts = np.diff(tokens)
+    return arrived, bounds, backlog, firsts
 
 
 def _class_stats(done: SpillColumns, limit: int) -> dict[str, Any]:
@@ -215,18 +142,6 @@ def _steady(
     }
 
 
-def _finite(col: _Column) -> _Column:
-    """The column without its NaNs (itself when it has none; else a filtered copy)."""
-    if not any(bool(np.isnan(c).any()) for c in col.chunks()):
-        return col
-    copy = SpillColumns({col.name: "d"}, col.cols.chunk_rows)
-    (tail,) = copy.tails
-    for c in col.chunks():
-        tail.extend(c[~np.isnan(c)].tolist())
-        copy.spill()
-    return _Column(copy, col.name)
-
-
 def batch_busy(batches: SpillColumns) -> BusyChunks:
     """The prefill batches' busy intervals (a streaming run's batch columns)."""
 
@@ -265,19 +180,98 @@ def streaming_summary(
     after their first token (they count as completed and as rejected)."""
     n, n_done = len(reqs), len(done)
     input_tokens, dev, host, chunks = done_sums
-    if n:
-        t0 = min(float(c.min()) for c in reqs.chunks("arrival"))
-        t_last = max(float(c.max()) for c in reqs.chunks("arrival"))
-    else:
-        t0 = t_last = 0.0
+    t0, t_last = _arrival_span(reqs)
     span = max(sim_end_s - t0, 0.0)
     _, prefill_busy = _busy_before(batch_busy(batches), np.zeros(0))
     unfinished = n - n_done - (rejected - rejected_done)
+    latency = _latency(done, n, span, percentiles, slo_ttft_s, limit)
+    # NOTE: summarize's keys first, in its order (its TTFT and queueing values are the
+    # latency statistics' own: the update below keeps the first place of a key).
+    out: dict[str, Any] = {
+        "requests": n,
+        "completed": n_done,
+        "rejected": rejected,
+        "unfinished": unfinished,
+        **dict.fromkeys(_SUMMARIZE_LATENCY),
+        **_rates(input_tokens, dev, host, span, prefill_busy),
+        "num_batches": len(batches),
+        "mean_batch_size": _ratio(batch_size_sum, len(batches)),
+        "mean_chunks_per_request": _ratio(chunks, n_done),
+        "sim_duration_s": span,
+        **counters,
+    }
+    out.update(latency)
+    out.update(_cached_totals(input_tokens, batch_cached))
+    out["window_s"] = float(window_s)
+    out.update(_steady(reqs, done, t0, t_last, window_s, limit))
+    out.update(_class_stats(done, limit))
+    classes = (out["warm_requests"], out["cold_requests"])
+    span_s = (t0, t_last, sim_end_s, window_s)
+    out.update(_window_metrics(reqs, done, busy, classes, span_s, unfinished, limit))
+    return out
 
-    def ratio(a: float, b: float) -> float | None:
-        return a / b if b else None
 
-    chosen = tuple(sorted(set(percentiles)))
+#: summarize's TTFT and queueing keys, in its order (None until the latency statistics).
+_SUMMARIZE_LATENCY = (
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "ttft_max_s",
+    "ttft_mean_s",
+    "queueing_mean_s",
+)
+
+
+def _cached_totals(input_tokens: int, batch_cached: Sequence[int]) -> dict[str, int]:
+    """The prompt tokens, then the batches' cached tokens: in all, device and host hits,
+    carried prefix."""
+    total, dev_hit, host_hit, carried = batch_cached
+    return {
+        "prompt_tokens": input_tokens,
+        "batch_cached_tokens": total,
+        "batch_device_hit_tokens": dev_hit,
+        "batch_host_hit_tokens": host_hit,
+        "batch_carried_prefix_tokens": carried,
+    }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def _arrival_span(reqs: SpillColumns) -> tuple[float, float]:
+    """The first and the last arrival (both 0.0 without requests)."""
+    if len(reqs):
+        t0 = min(float(c.min()) for c in reqs.chunks("arrival"))
+        t_last = max(float(c.max()) for c in reqs.chunks("arrival"))
+        return t0, t_last
+    return 0.0, 0.0
+
+
+def _rates(
+    input_tokens: int, dev: int, host: int, span: float, prefill_busy: float
+) -> dict[str, float | None]:
+    """The hit rates, the input throughput and the executor's utilization."""
+    return {
+        "device_hit_rate": _ratio(dev, input_tokens),
+        "host_hit_rate": _ratio(host, input_tokens),
+        "cache_hit_rate": _ratio(dev + host, input_tokens),
+        "input_throughput_tok_s": _ratio(input_tokens, span),
+        "executor_utilization": _ratio(prefill_busy, span),
+    }
+
+
+def _latency(
+    done: SpillColumns,
+    n: int,
+    span: float,
+    pcts: Sequence[float],
+    slo_ttft_s: float | None,
+    limit: int,
+) -> dict[str, Any]:
+    """The percentiles asked for, the TTFT and queueing statistics and, with an SLO, its
+    attainment and goodput (:func:`prefillkit.records.slo.latency_metrics`' keys)."""
+    chosen = tuple(sorted(set(pcts)))
     qs = tuple(sorted(set(DEFAULT_PERCENTILES) | set(chosen)))
     ttft = _Column(done, "ttft")
     latency: dict[str, Any] = {"percentiles": list(chosen)}
@@ -289,55 +283,34 @@ def streaming_summary(
         latency["slo_met_requests"] = met
         latency["slo_attainment"] = met / n if n else None
         latency["goodput_req_s"] = met / span if span > 0 else None
-    # NOTE: summarize's keys first, in its order (its TTFT and queueing values are the
-    # latency statistics' own: the update below keeps the first place of a key).
-    out: dict[str, Any] = {
-        "requests": n,
-        "completed": n_done,
-        "rejected": rejected,
-        "unfinished": unfinished,
-        "ttft_p50_s": None,
-        "ttft_p90_s": None,
-        "ttft_p99_s": None,
-        "ttft_max_s": None,
-        "ttft_mean_s": None,
-        "queueing_mean_s": None,
-        "device_hit_rate": ratio(dev, input_tokens),
-        "host_hit_rate": ratio(host, input_tokens),
-        "cache_hit_rate": ratio(dev + host, input_tokens),
-        "input_throughput_tok_s": ratio(input_tokens, span),
-        "executor_utilization": ratio(prefill_busy, span),
-        "num_batches": len(batches),
-        "mean_batch_size": ratio(batch_size_sum, len(batches)),
-        "mean_chunks_per_request": ratio(chunks, n_done),
-        "sim_duration_s": span,
-        **counters,
-    }
-    out.update(latency)
-    total, dev_hit, host_hit, carried = batch_cached
-    out.update(
-        prompt_tokens=input_tokens,
-        batch_cached_tokens=total,
-        batch_device_hit_tokens=dev_hit,
-        batch_host_hit_tokens=host_hit,
-        batch_carried_prefix_tokens=carried,
-    )
-    out["window_s"] = float(window_s)
-    out.update(_steady(reqs, done, t0, t_last, window_s, limit))
-    out.update(_class_stats(done, limit))
+    return latency
+
+
+def _window_metrics(
+    reqs: SpillColumns,
+    done: SpillColumns,
+    busy: BusyChunks,
+    classes: tuple[int, int],
+    span_s: tuple[float, float, float, float],
+    unfinished: int,
+    limit: int,
+) -> dict[str, Any]:
+    """The windows and the overload / drain / split flags drawn from them
+    (``span_s``: the first and last arrivals, the simulation's end and the window
+    length; ``classes``: the warm and cold request counts)."""
+    t0, t_last, sim_end_s, window_s = span_s
     windows: list[dict[str, Any]] = []
-    if n:
+    if len(reqs):
         edges = t0 + window_s * np.arange(num_windows(t0, t_last, window_s) + 1, dtype=float)
         windows = _windows(reqs, done, busy, edges, sim_end_s, limit)
-    last = _max(done.chunks("first_token")) if n_done else None
-    out.update(
-        flag_metrics(
+    last = _max(done.chunks("first_token")) if len(done) else None
+    return {
+        **flag_metrics(
             windows,
-            classes=(out["warm_requests"], out["cold_requests"]),
-            drain_s=drain_seconds(t_last, last, unfinished, sim_end_s) if n else 0.0,
+            classes=classes,
+            drain_s=drain_seconds(t_last, last, unfinished, sim_end_s) if len(reqs) else 0.0,
             limit_s=drain_limit_s(t0, t_last, window_s),
         ),
-        num_windows=len(windows),
-        windows=windows,
-    )
-    return out
+        "num_windows": len(windows),
+        "windows": windows,
+    }

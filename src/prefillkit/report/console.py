@@ -3,25 +3,30 @@ statistics and the knob list, with the value formatters they share.
 
 Every label is from :mod:`prefillkit.report.labels` or written here, never a raw key.
 rich loads when a table is built, not on import (``prefillkit --help`` never needs it).
+The console and the formatters are :mod:`prefillkit.report.console_base`'s, the
+``trace-stats`` tables :mod:`prefillkit.report.trace_tables`' (all importable from here).
 """
 
 from __future__ import annotations
 
-import math
-import os
-import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from prefillkit.records.slo import pct_key, pct_label
+from prefillkit.report.console_base import fmt_count as fmt_count
+from prefillkit.report.console_base import fmt_float as fmt_float
+from prefillkit.report.console_base import fmt_pct as fmt_pct
+from prefillkit.report.console_base import fmt_seconds as fmt_seconds
+from prefillkit.report.console_base import fmt_tokens as fmt_tokens
+from prefillkit.report.console_base import make_console as make_console
+from prefillkit.report.console_base import plain as _plain
 from prefillkit.report.deployment import deployment_panel
 from prefillkit.report.labels import metric_label
+from prefillkit.report.trace_tables import LruRow as LruRow
+from prefillkit.report.trace_tables import print_trace_stats as print_trace_stats
 
 if TYPE_CHECKING:
-    from rich.console import Console
     from rich.table import Table
-
-    from prefillkit.workloads.stats import TraceStats
 
 __all__ = [
     "LruRow",
@@ -37,55 +42,6 @@ __all__ = [
 ]
 
 Rows = list[tuple[str, str]]
-
-
-def make_console() -> Console:
-    """A stdout console; 120 columns wide when stdout is not a terminal (unless COLUMNS)."""
-    from rich.console import Console
-
-    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
-        return Console()
-    return Console(width=120)
-
-
-def _plain(console: Console, text: str) -> None:
-    """One line printed as is: no markup, no highlighting."""
-    console.print(text, markup=False, highlight=False)
-
-
-# --------------------------------------------------------------------------- formatting
-
-
-def fmt_count(value: Any) -> str:
-    return "-" if value is None else f"{int(value):,}"
-
-
-def _finite(value: Any) -> bool:
-    return value is not None and isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def fmt_seconds(value: Any) -> str:
-    if not _finite(value):
-        return "-"
-    if abs(value) < 1.0:
-        return f"{value * 1e3:.1f} ms"
-    return f"{value:,.3f} s"
-
-
-def fmt_pct(value: Any) -> str:
-    if not _finite(value):
-        return "-"
-    return f"{value * 100:.2f} %"
-
-
-def fmt_float(value: Any, digits: int = 2) -> str:
-    if not _finite(value):
-        return "-"
-    return f"{value:,.{digits}f}"
-
-
-def fmt_tokens(value: Any) -> str:
-    return "-" if value is None else f"{int(value):,} tok"
 
 
 # --------------------------------------------------------------------------- run summary
@@ -271,118 +227,6 @@ def print_summary_table(doc: dict[str, Any], *, wall_time_s: float | None = None
     console.print(table)
     if note := run_split_note(metrics, cfg):  # a degenerate warm/cold split, with its rule
         _plain(console, note)
-
-
-# --------------------------------------------------------------------------- trace-stats
-
-
-class LruRow(Protocol):
-    """One LRU prefix-cache size's hit rate (``app.lru_hit_rate.LruHitRate``)."""
-
-    @property
-    def cache_tokens(self) -> int: ...
-    @property
-    def key_tokens(self) -> int: ...
-    @property
-    def oversized_requests(self) -> int: ...
-    @property
-    def hit_rate(self) -> float: ...
-    @property
-    def block_hit_rate(self) -> float: ...
-
-
-def _stats_table(title: str, first: str) -> Table:
-    from rich.table import Table
-
-    table = Table(title=title, header_style="bold")
-    table.add_column(first)
-    return table
-
-
-def _overview_table(stats: TraceStats, skipped: int) -> Table:
-    overview = _stats_table("trace", "statistic")
-    overview.add_column("value", justify="right", no_wrap=True)
-    overview.add_row("requests", f"{stats.num_requests:,}")
-    if skipped:
-        overview.add_row("skipped bad rows", f"{skipped:,}")
-    overview.add_row("span", f"{stats.span_s:,.1f} s ({stats.span_s / 60:,.1f} min)")
-    overview.add_row("mean rate", f"{stats.mean_rate:,.2f} req/s")
-    overview.add_row("total input tokens", f"{stats.total_tokens:,}")
-    overview.add_row("total blocks", f"{stats.total_blocks:,}")
-    overview.add_row("distinct blocks", f"{stats.distinct_blocks:,}")
-    overview.add_row(
-        "requests with prefix info", f"{stats.num_with_prefix_info:,} of {stats.num_requests:,}"
-    )
-    overview.add_row("requests with a hit", f"{stats.requests_with_hit:,}")
-    overview.add_row("requests hitting every block", f"{stats.requests_all_hit:,}")
-    return overview
-
-
-def _lengths_table(stats: TraceStats) -> Table:
-    lengths = _stats_table("lengths", "")
-    for col in ("mean", "p50", "p90", "p99", "max"):
-        lengths.add_column(col, justify="right", no_wrap=True)
-    for label, ls in (
-        ("input tokens", stats.input_len),
-        ("output tokens", stats.output_len),
-        ("blocks / request", stats.blocks_per_request),
-    ):
-        lengths.add_row(
-            label,
-            fmt_float(ls.mean, 1),
-            fmt_float(ls.p50, 0),
-            fmt_float(ls.p90, 0),
-            fmt_float(ls.p99, 0),
-            f"{ls.max:,}",
-        )
-    return lengths
-
-
-def _ideal_table(stats: TraceStats) -> Table:
-    ideal = _stats_table("ideal hit rate (infinite cache)", "weighting")
-    ideal.add_column("partial last block")
-    ideal.add_column("hit rate", justify="right", no_wrap=True)
-    ideal.add_row("blocks", "counts (trace README)", fmt_pct(stats.block_hit_rate))
-    ideal.add_row("blocks", "never shared", fmt_pct(stats.block_hit_rate_no_partial))
-    ideal.add_row("tokens", "counts", fmt_pct(stats.token_hit_rate))
-    ideal.add_row("tokens", "never shared", fmt_pct(stats.token_hit_rate_no_partial))
-    return ideal
-
-
-def _lru_table(lru: Sequence[LruRow], page_size: int) -> Table:
-    """Weighted as the ideal table, blocks first; a paged cache never shares a partial
-    last block, so a cache larger than the trace gives the "never shared" rows."""
-    from rich.table import Table
-
-    lru_table = Table(
-        title=f"LRU prefix cache hit rate, by blocks and by tokens, partial last block "
-        f"never shared (page {page_size}, key unit {lru[0].key_tokens} tokens)",
-        header_style="bold",
-    )
-    for col in ("cache tokens", "blocks", "tokens", "larger than cache"):
-        lru_table.add_column(col, justify="right", no_wrap=True)
-    for r in lru:
-        lru_table.add_row(
-            f"{r.cache_tokens:,}",
-            fmt_pct(r.block_hit_rate),
-            fmt_pct(r.hit_rate),
-            f"{r.oversized_requests:,}",
-        )
-    return lru_table
-
-
-def print_trace_stats(
-    heading: str, stats: TraceStats, *, skipped: int, lru: Sequence[LruRow], page_size: int
-) -> None:
-    """Print ``trace-stats``' tables on stdout: ``heading``, the overview, the lengths,
-    the ideal hit rate and (when ``lru`` has rows) the LRU cache's hit rates."""
-    console = make_console()
-    _plain(console, heading)
-    console.print(_overview_table(stats, skipped))
-    console.print(_lengths_table(stats))
-    console.print(_ideal_table(stats))
-    if lru:
-        console.print(_lru_table(lru, page_size))
 
 
 # --------------------------------------------------------------------------- knobs

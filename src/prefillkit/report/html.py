@@ -10,8 +10,6 @@ runs is escaped with :func:`html.escape`.
 from __future__ import annotations
 
 import base64
-import html
-import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +17,16 @@ from typing import Any
 
 from prefillkit.outfile import write_text
 from prefillkit.report.deployment import deployment_panel
+from prefillkit.report.html_parts import PAGE_CSS as _CSS
+from prefillkit.report.html_parts import PAGE_SCRIPT as _SCRIPT
+from prefillkit.report.html_parts import escape as _e
+from prefillkit.report.html_parts import metric_cell as _metric_cell
+from prefillkit.report.html_parts import num as _num
+from prefillkit.report.html_parts import num_td as _num_td
+from prefillkit.report.html_parts import run_header_cells as _run_header_cells
+from prefillkit.report.html_parts import sub_cell as _sub_cell
+from prefillkit.report.html_parts import table as _table
+from prefillkit.report.html_parts import value_text as _value_text
 from prefillkit.report.paired import (
     IMPROVED_BELOW,
     KEY_METRICS,
@@ -33,88 +41,6 @@ from prefillkit.report.rundir import RunData
 from prefillkit.report.verdicts import N_RULE, comparison_notes
 
 __all__ = ["write_report"]
-
-_CSS = """
-:root { color-scheme: light; }
-body { font-family: -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
-  margin: 0; background: #f6f7f9; color: #1d2330; line-height: 1.45; font-size: 15px; }
-main { max-width: 1120px; margin: 0 auto; padding: 24px 28px 48px; background: #fff;
-  min-height: 100vh; box-shadow: 0 0 12px rgba(0,0,0,.06); }
-h1 { font-size: 1.7em; margin: 0 0 4px; }
-h2 { font-size: 1.3em; margin: 34px 0 10px; padding-bottom: 4px; border-bottom: 2px solid #e3e6ec; }
-h3 { font-size: 1.08em; margin: 26px 0 6px; }
-p.meta, p.note, figcaption { color: #5a6272; font-size: .92em; margin: 4px 0 10px; }
-p.warn { background: #fff4e0; border-left: 4px solid #e69f00; padding: 6px 10px; }
-.table-wrap { overflow-x: auto; margin: 8px 0 14px; }
-table { border-collapse: collapse; font-size: .9em; }
-th, td { border: 1px solid #dde1e8; padding: 4px 9px; vertical-align: top; }
-th { background: #eef1f5; text-align: left; font-weight: 600; white-space: nowrap; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.key { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
-  white-space: nowrap; }
-td.val { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
-  word-break: break-all; }
-tr:nth-child(even) td { background: #fafbfc; }
-tr.section td { background: #eef1f5; font-weight: 600; }
-.sub { display: block; color: #5a6272; font-size: .86em; }
-.swatch { display: inline-block; width: .8em; height: .8em; border-radius: 2px;
-  margin-right: 5px; vertical-align: -1px; }
-.badge { display: inline-block; font-size: .78em; padding: 0 6px; border-radius: 8px;
-  background: #fde2c4; color: #7a4100; margin-left: 6px; }
-.badge.base { background: #dbe8f7; color: #17406b; }
-details { margin: 6px 0; border: 1px solid #e3e6ec; border-radius: 4px; padding: 4px 10px; }
-details > summary { cursor: pointer; font-weight: 600; padding: 2px 0; }
-figure { margin: 8px 0 18px; }
-figure img { max-width: 100%; height: auto; border: 1px solid #eceff3; display: block; }
-"""
-
-_SCRIPT = """
-(function () {
-  function mark() {
-    var imgs = document.images, n = 0;
-    for (var i = 0; i < imgs.length; i++) {
-      if (imgs[i].complete && imgs[i].naturalWidth > 0) { n++; }
-    }
-    document.body.dataset.imagesLoaded = String(n);
-    document.body.dataset.imagesTotal = String(imgs.length);
-  }
-  if (document.readyState === "complete") { mark(); }
-  else { window.addEventListener("load", mark); }
-})();
-"""
-
-
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _value_text(value: Any) -> str:
-    """Config value as compact text: strings as-is, everything else as JSON."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def _run_header_cells(runs: Sequence[RunData]) -> str:
-    cells = []
-    for run, label, color in zip(runs, variant_labels(runs), variant_colors(runs), strict=True):
-        badge = '<span class="badge">partial</span>' if run.partial else ""
-        cells.append(
-            f'<th><span class="swatch" style="background:{_e(color)}"></span>{_e(label)}'
-            f"{badge}</th>"
-        )
-    return "".join(cells)
-
-
-def _table(table_id: str, head: str, body_rows: list[str]) -> str:
-    return (
-        f'<div class="table-wrap"><table id="{_e(table_id)}"><thead>{head}</thead>'
-        f"<tbody>{''.join(body_rows)}</tbody></table></div>"
-    )
-
 
 # --------------------------------------------------------------------------- sections
 
@@ -144,21 +70,15 @@ def _runs_section(runs: Sequence[RunData]) -> str:
     return out
 
 
-def _num_td(text: str) -> str:
-    return f'<td class="num">{_e(text)}</td>'
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def _config_section(runs: Sequence[RunData]) -> str:
-    parts = ["<h2>Configuration</h2>"]
+    parts = ["<h2>Configuration</h2>", _config_diff(runs)]
+    for run, label in zip(runs, variant_labels(runs), strict=True):
+        parts.append(_full_config(run, label))
+    return "".join(parts)
+
+
+def _config_diff(runs: Sequence[RunData]) -> str:
+    """The flags that differ between the runs (a table), or a note saying there are none."""
     keys: list[str] = []
     for run in runs:
         keys.extend(k for k in run.config if k not in keys)
@@ -166,40 +86,42 @@ def _config_section(runs: Sequence[RunData]) -> str:
         k for k in keys if len({(k in r.config, _value_text(r.config.get(k))) for r in runs}) > 1
     ]
     if len(runs) < 2:
-        parts.append('<p class="note">Single run: see its full configuration below.</p>')
-    elif not differing:
-        parts.append('<p class="note">All runs share the same configuration flags.</p>')
-    else:
-        head = f"<tr><th>flag (differs between runs)</th>{_run_header_cells(runs)}</tr>"
-        rows = []
-        for k in differing:
-            cells = "".join(
-                f'<td class="val">{_e(_value_text(r.config[k]))}</td>'
-                if k in r.config
-                else '<td class="val"><em>(unset)</em></td>'
-                for r in runs
-            )
-            rows.append(f'<tr><td class="key">{_e(k)}</td>{cells}</tr>')
-        parts.append(_table("config-diff", head, rows))
-    for run, label in zip(runs, variant_labels(runs), strict=True):
-        parts.append(
-            f"<details><summary>Full configuration: {_e(label)} ({len(run.config)} flags)</summary>"
+        return '<p class="note">Single run: see its full configuration below.</p>'
+    if not differing:
+        return '<p class="note">All runs share the same configuration flags.</p>'
+    head = f"<tr><th>flag (differs between runs)</th>{_run_header_cells(runs)}</tr>"
+    rows = []
+    for k in differing:
+        cells = "".join(
+            f'<td class="val">{_e(_value_text(r.config[k]))}</td>'
+            if k in r.config
+            else '<td class="val"><em>(unset)</em></td>'
+            for r in runs
         )
-        rows = [
+        rows.append(f'<tr><td class="key">{_e(k)}</td>{cells}</tr>')
+    return _table("config-diff", head, rows)
+
+
+def _full_config(run: RunData, label: str) -> str:
+    """One run's every flag and its workload, in a ``<details>``."""
+    parts = [
+        f"<details><summary>Full configuration: {_e(label)} ({len(run.config)} flags)</summary>"
+    ]
+    rows = [
+        f'<tr><td class="key">{_e(k)}</td><td class="val">{_e(_value_text(v))}</td></tr>'
+        for k, v in run.config.items()
+    ]
+    if rows:
+        parts.append(_table("", "<tr><th>flag</th><th>value</th></tr>", rows))
+    else:
+        parts.append('<p class="note">No configuration recorded.</p>')
+    if run.workload:
+        wl_rows = [
             f'<tr><td class="key">{_e(k)}</td><td class="val">{_e(_value_text(v))}</td></tr>'
-            for k, v in run.config.items()
+            for k, v in run.workload.items()
         ]
-        if rows:
-            parts.append(_table("", "<tr><th>flag</th><th>value</th></tr>", rows))
-        else:
-            parts.append('<p class="note">No configuration recorded.</p>')
-        if run.workload:
-            wl_rows = [
-                f'<tr><td class="key">{_e(k)}</td><td class="val">{_e(_value_text(v))}</td></tr>'
-                for k, v in run.workload.items()
-            ]
-            parts.append(_table("", "<tr><th>workload</th><th>value</th></tr>", wl_rows))
-        parts.append("</details>")
+        parts.append(_table("", "<tr><th>workload</th><th>value</th></tr>", wl_rows))
+    parts.append("</details>")
     return "".join(parts)
 
 
@@ -231,15 +153,8 @@ def _headline_section(cmp: dict[str, Any]) -> str:
     header, rows = headline_rows(cmp)
     ci = float(cmp.get("ci", 0.95))
     head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>"
-
-    def cell(text: str) -> str:
-        if text.endswith(")") and " (" in text:
-            value, rest = text.split(" (", 1)
-            return f'<td class="num">{_e(value)}<span class="sub">{_e(rest[:-1])}</span></td>'
-        return f'<td class="num">{_e(text)}</td>'
-
     body = [
-        f"<tr><td>{_e(r[0])}</td>{''.join(cell(c) for c in r[1:-1])}<td>{_e(r[-1])}</td></tr>"
+        f"<tr><td>{_e(r[0])}</td>{''.join(_sub_cell(c) for c in r[1:-1])}<td>{_e(r[-1])}</td></tr>"
         for r in rows
     ]
     return (
@@ -274,40 +189,12 @@ def _summary_section(runs: Sequence[RunData]) -> str:
     return "<h2>Summary</h2>" + _table("summary", head, rows)
 
 
-def _metric_cell(key: str, value: Any) -> str:
-    if value is None or isinstance(value, (list, dict)):
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    num = _num(value)
-    if num is None:
-        return _value_text(value)
-    return format_metric(key, num)
-
-
 def _comparison_section(runs: Sequence[RunData], cmp: dict[str, Any]) -> str:
     header, rows, paired = comparison_rows(cmp)
     ci = float(cmp.get("ci", 0.95))
-    # compare_runs keeps the order of the runs, so variant i is runs[i] (same colour).
-    colors = variant_colors(runs)
-    head_cells = [f"<th>{_e(header[0])}</th>"]
-    for i, v in enumerate(cmp.get("variants", [])):
-        color = colors[i] if i < len(colors) else "#999999"
-        badge = '<span class="badge base">baseline</span>' if v.get("is_baseline") else ""
-        head_cells.append(
-            f'<th><span class="swatch" style="background:{_e(color)}"></span>'
-            f"{_e(v.get('name', ''))}{badge}</th>"
-        )
-    head = f"<tr>{''.join(head_cells)}</tr>"
-
-    def body_cell(text: str) -> str:
-        # "value (delta, ×ratio)" -> value on the first line, delta/ratio underneath.
-        if text.endswith(")") and " (" in text:
-            value, rest = text.split(" (", 1)
-            return f'<td class="num">{_e(value)}<span class="sub">{_e(rest[:-1])}</span></td>'
-        return f'<td class="num">{_e(text)}</td>'
-
-    body = [f"<tr><td>{_e(r[0])}</td>{''.join(body_cell(c) for c in r[1:])}</tr>" for r in rows]
+    head = _comparison_head(runs, cmp, header[0])
+    # "value (delta, ×ratio)" -> value on the first line, delta/ratio underneath.
+    body = [f"<tr><td>{_e(r[0])}</td>{''.join(_sub_cell(c) for c in r[1:])}</tr>" for r in rows]
     parts = [
         "<h2>Comparison</h2>",
         f'<p class="meta">Baseline: <strong>{_e(cmp.get("baseline", ""))}</strong>. Each cell '
@@ -315,19 +202,37 @@ def _comparison_section(runs: Sequence[RunData], cmp: dict[str, Any]) -> str:
         _table("comparison", head, body),
     ]
     if paired:
-        p_body = [
-            f"<tr><td>{_e(r[0])}</td>{''.join(_num_td(c) for c in r[1:])}</tr>" for r in paired
-        ]
-        parts.append("<h3>Paired per-request statistics</h3>")
-        parts.append(
-            f'<p class="meta">Requests are matched by id across runs (finished in both). '
-            f"TTFT ratio = variant / baseline per request; faster / slower = ratio below "
-            f"{IMPROVED_BELOW} / above {WORSE_ABOVE}. Δ TTFT p99 = variant − baseline, with a "
-            f"{ci * 100:.0f}% paired bootstrap interval ({_e(cmp.get('n_boot', '?'))} "
-            f"resamples of request ids).</p>"
-        )
-        parts.append(_table("paired", head, p_body))
+        parts.append(_paired_part(cmp, ci, head, paired))
     return "".join(parts)
+
+
+def _comparison_head(runs: Sequence[RunData], cmp: dict[str, Any], first: str) -> str:
+    """The comparison tables' header row: ``first``, then each variant (baseline marked)."""
+    # compare_runs keeps the order of the runs, so variant i is runs[i] (same colour).
+    colors = variant_colors(runs)
+    head_cells = [f"<th>{_e(first)}</th>"]
+    for i, v in enumerate(cmp.get("variants", [])):
+        color = colors[i] if i < len(colors) else "#999999"
+        badge = '<span class="badge base">baseline</span>' if v.get("is_baseline") else ""
+        head_cells.append(
+            f'<th><span class="swatch" style="background:{_e(color)}"></span>'
+            f"{_e(v.get('name', ''))}{badge}</th>"
+        )
+    return f"<tr>{''.join(head_cells)}</tr>"
+
+
+def _paired_part(cmp: dict[str, Any], ci: float, head: str, paired: list[list[str]]) -> str:
+    """The paired per-request statistics: heading, what they are (``ci``: the interval's
+    level), and their table."""
+    p_body = [f"<tr><td>{_e(r[0])}</td>{''.join(_num_td(c) for c in r[1:])}</tr>" for r in paired]
+    return (
+        "<h3>Paired per-request statistics</h3>"
+        f'<p class="meta">Requests are matched by id across runs (finished in both). '
+        f"TTFT ratio = variant / baseline per request; faster / slower = ratio below "
+        f"{IMPROVED_BELOW} / above {WORSE_ABOVE}. Δ TTFT p99 = variant − baseline, with a "
+        f"{ci * 100:.0f}% paired bootstrap interval ({_e(cmp.get('n_boot', '?'))} "
+        f"resamples of request ids).</p>" + _table("paired", head, p_body)
+    )
 
 
 def _plots_section(runs: Sequence[RunData]) -> str:
@@ -371,30 +276,8 @@ def write_report(
     body = [
         f"<h1>{_e(title)}</h1>",
         f'<p class="meta">{len(runs)} run(s): {_e(", ".join(variant_labels(runs)))}.</p>',
+        *_sections(runs, comparison),
     ]
-    if comparison is not None:
-        # One table first (the verdict), then the plots; the details after them.
-        body += [
-            _headline_section(comparison),
-            _plots_section(runs),
-            _deployment_section(runs),
-            _runs_section(runs),
-            "<details><summary>Every metric, with differences and ratios</summary>",
-            _comparison_section(runs, comparison),
-            "</details>",
-            "<details><summary>Summary of each run</summary>",
-            _summary_section(runs),
-            "</details>",
-            _config_section(runs),
-        ]
-    else:
-        body += [
-            _deployment_section(runs),
-            _runs_section(runs),
-            _summary_section(runs),
-            _plots_section(runs),
-            _config_section(runs),
-        ]
     page = (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -405,3 +288,29 @@ def write_report(
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, page)
     return out
+
+
+def _sections(runs: Sequence[RunData], comparison: dict[str, Any] | None) -> list[str]:
+    """The page's sections after its title, in the order :func:`write_report` gives."""
+    if comparison is None:
+        return [
+            _deployment_section(runs),
+            _runs_section(runs),
+            _summary_section(runs),
+            _plots_section(runs),
+            _config_section(runs),
+        ]
+    # One table first (the verdict), then the plots; the details after them.
+    return [
+        _headline_section(comparison),
+        _plots_section(runs),
+        _deployment_section(runs),
+        _runs_section(runs),
+        "<details><summary>Every metric, with differences and ratios</summary>",
+        _comparison_section(runs, comparison),
+        "</details>",
+        "<details><summary>Summary of each run</summary>",
+        _summary_section(runs),
+        "</details>",
+        _config_section(runs),
+    ]

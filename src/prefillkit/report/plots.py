@@ -9,9 +9,11 @@ with a "no data" note rather than an error.
 :func:`plot_affinity` is the one exception to "always a PNG": when every skip/defer count
 is zero it writes nothing and returns ``None`` (the report shows a note instead).
 
-This module draws the TTFT, queue and window plots and lists every plot of a report
-(:data:`PLOTS`); the batches plot is :mod:`prefillkit.report.plot_batches`'s, the cache
-plots are :mod:`prefillkit.report.plot_cache`'s (both importable from here too), and
+This module draws the TTFT distribution, queue and window plots and lists every plot of
+a report (:data:`PLOTS`); the TTFT-over-time plot is
+:mod:`prefillkit.report.plot_ttft_time`'s, the batches plot is
+:mod:`prefillkit.report.plot_batches`'s, the cache plots are
+:mod:`prefillkit.report.plot_cache`'s (all importable from here too), and
 :mod:`prefillkit.report.plot_save` writes the PNG files.
 """
 
@@ -42,7 +44,6 @@ from prefillkit.report.plot_base import (
     variant_labels,
     variant_markers,
 )
-from prefillkit.report.plot_base import auto_bins as _auto_bins
 from prefillkit.report.plot_base import col as _col
 from prefillkit.report.plot_base import legend as _legend
 from prefillkit.report.plot_base import log_seconds as _log_seconds
@@ -56,6 +57,7 @@ from prefillkit.report.plot_cache import cache_split as cache_split
 from prefillkit.report.plot_cache import plot_affinity as plot_affinity
 from prefillkit.report.plot_cache import plot_cache_split as plot_cache_split
 from prefillkit.report.plot_save import save_figure as _save
+from prefillkit.report.plot_ttft_time import plot_ttft_over_time as plot_ttft_over_time
 from prefillkit.report.rundir import RunData
 
 __all__ = [
@@ -111,25 +113,30 @@ def plot_ttft_cdf(runs: Runs, out_path: str | Path) -> Path:
     if entries == 0:
         _no_data(ax, "no finished requests")
     else:
-        ax.set_xscale("log")
-        _log_seconds(ax.xaxis)
-        for q in (0.5, 0.9, 0.99):
-            ax.axhline(q, color="#999999", lw=0.8, ls=":")
-            ax.text(
-                1.0,
-                q,
-                f" p{q * 100:g}",
-                transform=ax.get_yaxis_transform(),
-                va="center",
-                fontsize=8,
-                color="#666666",
-            )
-        ax.set_ylim(0, 1.02)
-        ax.set_xlabel("TTFT (s, log scale)")
-        ax.set_ylabel("fraction of requests")
-        _style(ax)
-        _legend_right_of_labels(ax, entries)
+        _finish_cdf(ax, entries)
     return _save(fig, out_path)
+
+
+def _finish_cdf(ax: Axes, entries: int) -> None:
+    """Log TTFT axis, the p50/p90/p99 lines, labels and legend of :func:`plot_ttft_cdf`."""
+    ax.set_xscale("log")
+    _log_seconds(ax.xaxis)
+    for q in (0.5, 0.9, 0.99):
+        ax.axhline(q, color="#999999", lw=0.8, ls=":")
+        ax.text(
+            1.0,
+            q,
+            f" p{q * 100:g}",
+            transform=ax.get_yaxis_transform(),
+            va="center",
+            fontsize=8,
+            color="#666666",
+        )
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("TTFT (s, log scale)")
+    ax.set_ylabel("fraction of requests")
+    _style(ax)
+    _legend_right_of_labels(ax, entries)
 
 
 def _legend_right_of_labels(ax: Axes, n_entries: int) -> None:
@@ -142,103 +149,6 @@ def _legend_right_of_labels(ax: Axes, n_entries: int) -> None:
             frameon=False,
             fontsize=9,
         )
-
-
-def plot_ttft_over_time(runs: Runs, out_path: str | Path) -> Path:
-    """TTFT of each finished request against its arrival time, one colour per variant."""
-    fig, (ax,) = _new_figure()
-    ax.set_title("TTFT over arrival time (finished requests)")
-    entries = 0
-    many = sum(len(r.finished_ttft()) for r in runs) > 5000
-    points = [_finished_points(run) for run in runs]
-    same, labels = twins(points), variant_labels(runs)
-    for i, (_, label, color, marker) in enumerate(_variants(runs)):
-        x, y = points[i]
-        ok = np.isfinite(x) & np.isfinite(y) & (y > 0)
-        if not ok.any():
-            continue
-        # The first variant filled, the others hollow with their own marker, so that no
-        # variant's points hide another's.
-        hollow = i > 0
-        ax.scatter(
-            x[ok],
-            y[ok],
-            s=6 if many else 14,
-            alpha=0.45 if many else 0.7,
-            marker=marker,
-            facecolors="none" if hollow else color,
-            edgecolors=color if hollow else "none",
-            linewidths=0.7,
-            label=label + twin_note(same, i, labels),
-            rasterized=True,
-            zorder=2 + i,
-        )
-        # The running p90 of the variant on top of the cloud.
-        bx, by = _binned_quantile(x[ok], y[ok], _auto_bins(int(ok.sum()), 40), 0.9)
-        ax.plot(
-            bx,
-            by,
-            color=color,
-            lw=1.6,
-            marker=marker,
-            zorder=20 + i,
-            label=f"{label}: p90 per time bin",
-            **twin_kw(same, i, 4),
-        )
-        entries += 1
-    if entries == 0:
-        _no_data(ax, "no finished requests")
-    else:
-        _finish_over_time(ax)
-    return _save(fig, out_path)
-
-
-def _finish_over_time(ax: Axes) -> None:
-    """Log TTFT axis, labels and the legend (opaque markers) of :func:`plot_ttft_over_time`."""
-    ax.set_yscale("log")
-    _log_seconds(ax.yaxis)
-    ax.set_xlabel("arrival time (s)")
-    ax.set_ylabel("TTFT (s, log scale)")
-    _style(ax)
-    legend = ax.legend(
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        borderaxespad=0.0,
-        frameon=False,
-        fontsize=9,
-        markerscale=2.5,
-    )
-    for handle in legend.legend_handles:  # opaque legend markers
-        if handle is not None:
-            handle.set_alpha(1.0)
-
-
-def _finished_points(run: RunData) -> tuple[np.ndarray, np.ndarray]:
-    """``(arrival_s, ttft_s)`` of the run's finished requests."""
-    if run.num_requests == 0:
-        return np.zeros(0), np.zeros(0)
-    mask = run.finished_mask()
-    return _col(run, "requests", "arrival_s")[mask], _col(run, "requests", "ttft_s")[mask]
-
-
-def _binned_quantile(
-    x: np.ndarray, y: np.ndarray, bins: int, q: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """The ``q`` quantile of ``y`` in ``bins`` equal-width bins of ``x`` (empty dropped)."""
-    if len(x) == 0:
-        return np.zeros(0), np.zeros(0)
-    lo, hi = float(x.min()), float(x.max())
-    if hi <= lo:
-        return np.array([lo]), np.array([float(np.quantile(y, q))])
-    edges = np.linspace(lo, hi, bins + 1)
-    idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)
-    xs, ys = [], []
-    for b in range(bins):
-        sel = y[idx == b]
-        if len(sel):
-            xs.append((edges[b] + edges[b + 1]) / 2)
-            ys.append(float(np.quantile(sel, q)))
-    return np.array(xs), np.array(ys)
 
 
 def queue_length_series(run: RunData) -> tuple[np.ndarray, np.ndarray]:
@@ -356,6 +266,12 @@ def plot_windows(runs: Runs, out_path: str | Path) -> Path:
         _no_data(ax_p99, "no windows in the summary")
         _no_data(ax_util, "no windows in the summary")
         return _save(fig, out_path)
+    _finish_windows(ax_p99, ax_util, entries)
+    return _save(fig, out_path)
+
+
+def _finish_windows(ax_p99: Axes, ax_util: Axes, entries: int) -> None:
+    """Axes, labels and legends of :func:`plot_windows`' two panels."""
     ax_p99.set_yscale("log")
     _log_seconds(ax_p99.yaxis)
     ax_p99.set_ylabel("TTFT p99 (s, log scale)")
@@ -368,7 +284,6 @@ def plot_windows(runs: Runs, out_path: str | Path) -> Path:
     ax_util.tick_params(labelbottom=True)
     _style(ax_util)
     _legend(ax_util, entries)
-    return _save(fig, out_path)
 
 
 # --------------------------------------------------------------------------- all plots

@@ -3,7 +3,9 @@
 Each built-in generator's keyword arguments are described once (:data:`GENERATOR_PARAMS`):
 the command-line option that sets it, the kind of value and its bounds. The same
 description parses a flag's text (:func:`parse_text`) and checks a value from a TOML
-``[workload]`` table (:func:`check_value`), so both give the same one-line errors.
+``[workload]`` table (:func:`check_value`), so both give the same one-line errors
+(:class:`GenParam`, the value kinds, checks and parsing are in
+:mod:`prefillkit.workloads.param_values`, re-exported here).
 
 Ranges are written ``LO,HI`` on the command line (``--agentic-turns 10,30``; a single
 number ``N`` means ``N,N``) and ``[LO, HI]`` (or a single number) in TOML.
@@ -24,13 +26,13 @@ table of a ``--config`` file: ``generator = "seed"`` (or ``agentic`` / ``gsp``; 
 from __future__ import annotations
 
 import difflib
-import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prefillkit.workloads.generators import SYSTEM_PROMPT_CHOICE
+from prefillkit.workloads.param_values import KINDS as KINDS
+from prefillkit.workloads.param_values import GenParam, check_value, parse_text, show_value
 
 __all__ = [
     "AGENTIC_PARAMS",
@@ -44,38 +46,6 @@ __all__ = [
     "parse_text",
     "workload_table",
 ]
-
-#: Kinds of parameter value.
-KINDS = ("int", "float", "int_range", "float_range", "choice", "bool")
-
-
-@dataclass(frozen=True, slots=True)
-class GenParam:
-    """One generator keyword argument and the command-line option that sets it.
-
-    ``low`` is the smallest allowed value (both ends of a range); ``strict``: ``low``
-    itself is not allowed; ``high``: the largest allowed value (None: unbounded).
-    ``nullable``: the value may be unset (``none`` on the command line). ``allow_inf``:
-    a float may be ``inf``. ``cli``: the parameter has its own option (``block_size``
-    is set by the shared ``--block-size``).
-    """
-
-    name: str
-    flag: str
-    kind: str
-    help: str
-    low: float = 0
-    strict: bool = False
-    high: float | None = None
-    nullable: bool = False
-    allow_inf: bool = False
-    choices: tuple[str, ...] = ()
-    cli: bool = True  # False: set by a shared option (--block-size), not its own flag
-
-    @property
-    def dest(self) -> str:
-        """The click parameter name of :attr:`flag`."""
-        return self.flag.lstrip("-").replace("-", "_")
 
 
 def _agentic(name: str, flag: str, kind: str, help: str, **kw: Any) -> GenParam:
@@ -210,112 +180,6 @@ def params_of(generator: str) -> dict[str, GenParam]:
     return {p.name: p for p in GENERATOR_PARAMS[generator]}
 
 
-# --------------------------------------------------------------------------- values
-
-
-def _show(value: object) -> str:
-    """``value`` as TOML / JSON spells it (``true``, ``"x"``, ``[1, 2]``)."""
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _bound_text(p: GenParam) -> str:
-    low = f"> {p.low:g}" if p.strict else f">= {p.low:g}"
-    return low if p.high is None else f"{low} and <= {p.high:g}"
-
-
-def _check_number(p: GenParam, x: float) -> None:
-    if math.isnan(x) or (math.isinf(x) and not (p.allow_inf and x > 0)):
-        raise ValueError(f"must be a finite number, got {x}")
-    too_low = x <= p.low if p.strict else x < p.low
-    if too_low or (p.high is not None and x > p.high):
-        raise ValueError(f"must be {_bound_text(p)}, got {x:g}")
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: object) -> bool:
-    return _is_int(v) or isinstance(v, float)
-
-
-def _check_pair(p: GenParam, lo: float, hi: float) -> None:
-    for x in (lo, hi):
-        _check_number(p, x)
-    if lo > hi:
-        raise ValueError(f"LO must be <= HI, got {lo:g},{hi:g}")
-
-
-def check_value(p: GenParam, value: object) -> Any:
-    """``value`` (a TOML value or a parsed flag) checked for ``p``; returns the value to
-    pass to the generator (a range as a tuple). Raises ``ValueError`` without the name."""
-    if value is None and p.nullable:
-        return None
-    if p.kind == "bool":
-        if not isinstance(value, bool):
-            raise ValueError(f"expected true or false, got {_show(value)}")
-        return value
-    if p.kind == "choice":
-        if value not in p.choices:
-            raise ValueError(f"expected one of {', '.join(p.choices)}, got {_show(value)}")
-        return value
-    if p.kind in ("int_range", "float_range"):
-        return _check_range_value(p, value)
-    want_int = p.kind == "int"
-    if not (_is_int(value) if want_int else _is_number(value)):
-        raise ValueError(f"expected {'an integer' if want_int else 'a number'}, got {_show(value)}")
-    assert isinstance(value, (int, float))
-    _check_number(p, value)
-    return value if want_int else float(value)
-
-
-def _check_range_value(p: GenParam, value: object) -> tuple[Any, Any]:
-    is_ok = _is_int if p.kind == "int_range" else _is_number
-    what = "integers" if p.kind == "int_range" else "numbers"
-    if is_ok(value):
-        pair: list[Any] = [value, value]
-    elif isinstance(value, (list, tuple)) and len(value) == 2 and all(map(is_ok, value)):
-        pair = list(value)
-    else:
-        raise ValueError(f"expected LO,HI (two {what}) or one number, got {_show(value)}")
-    if p.kind == "float_range":
-        pair = [float(x) for x in pair]
-    _check_pair(p, pair[0], pair[1])
-    return (pair[0], pair[1])
-
-
-def _parse_number(p: GenParam, text: str, want_int: bool) -> int | float:
-    t = text.strip()
-    try:
-        return int(t) if want_int else float(t)
-    except ValueError:
-        what = "an integer" if want_int else "a number"
-        raise ValueError(f"expected {what}, got {text!r}") from None
-
-
-def parse_text(p: GenParam, text: str) -> Any:
-    """A command-line value of ``p`` (``LO,HI`` for ranges, ``none`` for nullable ones),
-    checked; raises ``ValueError`` without the option name."""
-    if p.nullable and text.strip().lower() in ("none", "null"):
-        return None
-    if p.kind in ("int_range", "float_range"):
-        want_int = p.kind == "int_range"
-        parts = text.split(",")
-        if len(parts) > 2 or not all(s.strip() for s in parts):
-            what = "integers" if want_int else "numbers"
-            raise ValueError(f"expected LO,HI (two {what}) or one number, got {text!r}")
-        nums = [_parse_number(p, s, want_int) for s in parts]
-        return check_value(p, nums[0] if len(nums) == 1 else nums)
-    if p.kind in ("int", "float"):
-        return check_value(p, _parse_number(p, text, p.kind == "int"))
-    if p.kind == "choice":
-        return check_value(p, text)
-    raise ValueError(f"{p.flag} takes no value")
-
-
 # --------------------------------------------------------------------------- TOML
 
 
@@ -390,7 +254,7 @@ def workload_table(data: Mapping[str, Any], path: str) -> WorkloadTable | None:
             if value not in GENERATOR_PARAMS:
                 raise WorkloadTableError(
                     f"{path}: [workload] generator: expected one of "
-                    f"{', '.join(GENERATOR_PARAMS)}, got {_show(value)}"
+                    f"{', '.join(GENERATOR_PARAMS)}, got {show_value(value)}"
                 )
             generator = str(value)
         elif name == "seed":

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -115,42 +115,74 @@ def trace_stats(records: Iterable[TraceRecord], *, token_block_size: int = 512) 
     """Statistics of ``records`` (consumed once, in order); see the module docstring."""
     if token_block_size <= 0:
         raise ValueError(f"token_block_size must be > 0, got {token_block_size}")
+    tally = _Tally()
+    for rec in records:
+        tally.add(rec, token_block_size)
+    return tally.stats()
+
+
+def _frac(a: int, b: int) -> float:
+    return a / b if b else 0.0
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What :func:`trace_stats` counts, one record at a time."""
+
     # Trie of all earlier prefixes: (parent node, block id) -> node. One root per
     # (kind, block size) so ids of different origins never match each other.
-    trie: dict[tuple[int, int], int] = {}
-    roots: dict[tuple[bool, int], int] = {}
-    n_nodes = 0
+    trie: dict[tuple[int, int], int] = field(default_factory=dict)
+    roots: dict[tuple[bool, int], int] = field(default_factory=dict)
+    n_nodes: int = 0
+    inputs: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+    first_t: float = 0.0
+    last_t: float = 0.0
+    n_prefix: int = 0
+    hit_b: int = 0
+    hit_b_full: int = 0
+    hit_t: int = 0
+    hit_t_full: int = 0
+    total_t: int = 0
+    with_hit: int = 0
+    all_hit: int = 0
 
-    inputs: list[int] = []
-    outputs: list[int] = []
-    blocks: list[int] = []
-    first_t = last_t = 0.0
-    n_prefix = 0
-    hit_b = hit_b_full = 0
-    hit_t = hit_t_full = 0
-    total_t = 0
-    with_hit = all_hit = 0
-
-    for rec in records:
-        if not inputs:
-            first_t = rec.arrival_s
-        last_t = rec.arrival_s
-        inputs.append(rec.input_len)
-        outputs.append(rec.output_len)
-        total_t += rec.input_len
+    def add(self, rec: TraceRecord, token_block_size: int) -> None:
+        """Count ``rec``, the next record in order."""
+        if not self.inputs:
+            self.first_t = rec.arrival_s
+        self.last_t = rec.arrival_s
+        self.inputs.append(rec.input_len)
+        self.outputs.append(rec.output_len)
+        self.total_t += rec.input_len
         got = prefix_block_ids(rec, token_block_size)
         if got is None:
-            blocks.append(-(-rec.input_len // token_block_size))
-            continue
-        n_prefix += 1
+            self.blocks.append(-(-rec.input_len // token_block_size))
+            return
+        self.n_prefix += 1
         ids, bs = got
         n = len(ids)
-        blocks.append(n)
+        self.blocks.append(n)
         root_key = (rec.hash_ids is not None, bs)
-        node = roots.get(root_key)
+        node = self.roots.get(root_key)
         if node is None:
-            node = roots[root_key] = -1 - len(roots)
+            node = self.roots[root_key] = -1 - len(self.roots)
         tail_tokens = rec.input_len - (n - 1) * bs  # tokens in the last block
+        hits = self._match(node, ids, bs, tail_tokens)
+        if hits:
+            self.with_hit += 1
+            if hits == n:
+                self.all_hit += 1
+
+    def _match(self, node: int, ids: Sequence[int], bs: int, tail_tokens: int) -> int:
+        """Walk ``ids`` down the trie from ``node``, adding the blocks past the longest
+        earlier prefix and counting the hit blocks (block level and token weighted, with
+        and without a partial last block); returns how many blocks hit."""
+        trie = self.trie
+        n = len(ids)
+        n_nodes = self.n_nodes
+        hit_b = hit_b_full = hit_t = hit_t_full = 0
         hits = 0
         matching = True
         for i, h in enumerate(ids):
@@ -170,33 +202,33 @@ def trace_stats(records: Iterable[TraceRecord], *, token_block_size: int = 512) 
             if not (is_last and tail_tokens < bs):
                 hit_b_full += 1
                 hit_t_full += w
-        if hits:
-            with_hit += 1
-            if hits == n:
-                all_hit += 1
+        self.n_nodes = n_nodes
+        self.hit_b += hit_b
+        self.hit_b_full += hit_b_full
+        self.hit_t += hit_t
+        self.hit_t_full += hit_t_full
+        return hits
 
-    n_req = len(inputs)
-    total_b = sum(blocks)
-    span = last_t - first_t
-
-    def frac(a: int, b: int) -> float:
-        return a / b if b else 0.0
-
-    return TraceStats(
-        num_requests=n_req,
-        span_s=span,
-        mean_rate=(n_req / span) if span > 0 else math.inf,
-        input_len=LengthStats.of(inputs),
-        output_len=LengthStats.of(outputs),
-        blocks_per_request=LengthStats.of(blocks),
-        total_blocks=total_b,
-        total_tokens=total_t,
-        distinct_blocks=n_nodes,
-        num_with_prefix_info=n_prefix,
-        block_hit_rate=frac(hit_b, total_b),
-        block_hit_rate_no_partial=frac(hit_b_full, total_b),
-        token_hit_rate=frac(hit_t, total_t),
-        token_hit_rate_no_partial=frac(hit_t_full, total_t),
-        requests_with_hit=with_hit,
-        requests_all_hit=all_hit,
-    )
+    def stats(self) -> TraceStats:
+        """The statistics of the records counted so far."""
+        n_req = len(self.inputs)
+        total_b = sum(self.blocks)
+        span = self.last_t - self.first_t
+        return TraceStats(
+            num_requests=n_req,
+            span_s=span,
+            mean_rate=(n_req / span) if span > 0 else math.inf,
+            input_len=LengthStats.of(self.inputs),
+            output_len=LengthStats.of(self.outputs),
+            blocks_per_request=LengthStats.of(self.blocks),
+            total_blocks=total_b,
+            total_tokens=self.total_t,
+            distinct_blocks=self.n_nodes,
+            num_with_prefix_info=self.n_prefix,
+            block_hit_rate=_frac(self.hit_b, total_b),
+            block_hit_rate_no_partial=_frac(self.hit_b_full, total_b),
+            token_hit_rate=_frac(self.hit_t, self.total_t),
+            token_hit_rate_no_partial=_frac(self.hit_t_full, self.total_t),
+            requests_with_hit=self.with_hit,
+            requests_all_hit=self.all_hit,
+        )

@@ -192,19 +192,8 @@ def _run(
     hooks: FaultHooks | None,
 ) -> SweepRun:
     points = grid.points()
-    old = {e["id"]: e for e in store.read_manifest().get("points", []) if isinstance(e, dict)}
-    statuses = store.statuses()
-    entries = {
-        p.id: _entry(p, "ok" if statuses.get(p.id) == "ok" else "pending", old.get(p.id))
-        for p in points
-    }
-    doc: dict[str, Any] = {
-        "kind": "sweep",
-        "name": grid.name,
-        "grid_file": grid.path,
-        "varied": grid.varied,
-        "points": list(entries.values()),
-    }
+    entries = _entries(store, points)
+    doc = _manifest_doc(grid, entries)
     manifest = ManifestWriter(store, doc)
     manifest.flush()
     todo = [p for p in points if entries[p.id]["status"] != "ok"]
@@ -224,18 +213,7 @@ def _run(
 
     def on_outcome(outcome: Outcome) -> None:
         store_outcome(store, outcome)
-        e = entries[outcome.spec.id]
-        e["status"] = "ok" if outcome.ok else "failed"
-        e["attempts"] = outcome.attempts
-        e["error"] = outcome.error
-        e["wall_s"] = round(outcome.wall_s, 3)
-        if outcome.ok:
-            run.done += 1
-            bar.add(done=1)
-        else:
-            run.failed += 1
-            run.errors[outcome.spec.id] = outcome.error or ""
-            bar.add(failed=1)
+        _record(entries[outcome.spec.id], run, bar, outcome)
         manifest.maybe()
 
     t0 = time.monotonic()
@@ -257,6 +235,44 @@ def _run(
     manifest.flush()
     store.write_results([p.id for p in points])
     return run
+
+
+def _manifest_doc(grid: Grid, entries: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """The manifest of a sweep of ``grid`` (its entries are ``entries``' own dicts, which
+    the run updates in place)."""
+    return {
+        "kind": "sweep",
+        "name": grid.name,
+        "grid_file": grid.path,
+        "varied": grid.varied,
+        "points": list(entries.values()),
+    }
+
+
+def _entries(store: Store, points: Sequence[PointSpec]) -> dict[str, dict[str, Any]]:
+    """Point id -> its manifest entry: ``ok`` when the store has it (its attempts and wall
+    time from the last manifest), else ``pending``."""
+    old = {e["id"]: e for e in store.read_manifest().get("points", []) if isinstance(e, dict)}
+    statuses = store.statuses()
+    return {
+        p.id: _entry(p, "ok" if statuses.get(p.id) == "ok" else "pending", old.get(p.id))
+        for p in points
+    }
+
+
+def _record(entry: dict[str, Any], run: SweepRun, bar: Progress, outcome: Outcome) -> None:
+    """Note a finished point in its manifest ``entry``, the run's counts and the bar."""
+    entry["status"] = "ok" if outcome.ok else "failed"
+    entry["attempts"] = outcome.attempts
+    entry["error"] = outcome.error
+    entry["wall_s"] = round(outcome.wall_s, 3)
+    if outcome.ok:
+        run.done += 1
+        bar.add(done=1)
+    else:
+        run.failed += 1
+        run.errors[outcome.spec.id] = outcome.error or ""
+        bar.add(failed=1)
 
 
 def point_entries(manifest: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
