@@ -148,10 +148,10 @@ def build_state(w: Workload, cfg: SchedulerConfig) -> tuple[Scheduler, float]:
     the seconds the N arrivals took (``add_request``: the first match, and under lpm the
     kept order's insertion, sched/lpm_order.py)."""
     for r in (*w.context_reqs, *w.running, *w.waiting):
-        r.output_len = 0  # NOTE: a requeue keeps the output; each repeat starts afresh
+        r.state.output_len = 0  # NOTE: a requeue keeps the output; each repeat starts afresh
         r.reset_for_requeue()
-        r.locked_node = None
-        r.affinity_skips = 0
+        r.state.locked_node = None
+        r.state.affinity_skips = 0
     sched = Scheduler(cfg, POOL_TOKENS // w.page_size, w.page_size, reserve_decode=True)
     cache = sched.state.cache
     for r in w.context_reqs:
@@ -169,7 +169,7 @@ def build_state(w: Workload, cfg: SchedulerConfig) -> tuple[Scheduler, float]:
         for r in sched.forward_done(step, 0.0):
             sched.start_decode(r)
     for r, generated in zip(w.running, w.generated, strict=True):
-        r.output_len = generated  # NOTE: only the reservation reads it (no KV grows)
+        r.state.output_len = generated  # NOTE: only the reservation reads it (no KV grows)
     t0 = time.perf_counter()
     for r in w.waiting:  # arrival processing: queue + first match (outside the timer)
         assert sched.add_request(r) is None

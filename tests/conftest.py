@@ -139,8 +139,10 @@ def alloc_batch(adder: PrefillAdder, owned: dict[str, tuple[int, int]]) -> None:
     cache = adder.cache
     p = cache.page_size
     for req in adder.can_run_list:
-        start, end = owned.get(req.rid, (-(-req.prefix_len // p), -(-req.prefix_len // p)))
-        last = -(-(req.prefix_len + req.extend_input_len) // p)
+        start, end = owned.get(
+            req.rid, (-(-req.state.prefix_len // p), -(-req.state.prefix_len // p))
+        )
+        last = -(-(req.state.prefix_len + req.state.extend_input_len) // p)
         assert cache.alloc_pages(end, last - end) is not None, f"{req.rid}: not allocatable"
         owned[req.rid] = (start, last)
     check_invariants(cache, owned.values())
@@ -150,16 +152,18 @@ def finish(cache: PrefixCache, reqs: Iterable[Request], owned: dict[str, tuple[i
     """Insert what each request computed, then free its pages and lock."""
     for req in reqs:
         start, end = owned.pop(req.rid)
-        node = req.locked_node
+        node = req.state.locked_node
         assert node is not None
-        units = min((req.prefix_len + req.extend_input_len) // cache.key_tokens, len(req.keys))
+        units = min(
+            (req.state.prefix_len + req.state.extend_input_len) // cache.key_tokens, len(req.keys)
+        )
         if units > node.end:
             node = cache.insert(node, req.keys, node.end, units)
             start = units * cache.unit_pages
         if end > start:
             cache.pool.release_owned(lane_split(start, end - start, cache.cp_size))
         cache.unlock(node)
-        req.locked_node = None
+        req.state.locked_node = None
     check_invariants(cache, owned.values())
 
 
@@ -170,9 +174,9 @@ def make_chunked(cache: PrefixCache, rid: str, input_len: int, computed: int, **
     units = computed // cache.key_tokens
     warm(cache, req.keys[:units])
     m = cache.match(req.keys, units)
-    req.locked_node = cache.lock(m.device_node, units)
-    req.computed_tokens = computed
-    req.status = ReqStatus.PREFILLING
+    req.state.locked_node = cache.lock(m.device_node, units)
+    req.state.computed_tokens = computed
+    req.state.status = ReqStatus.PREFILLING
     check_invariants(cache, [])
     return req
 

@@ -45,7 +45,7 @@ GLM5 = get_model("glm-5")
 
 def running_req(rid: str, max_new: int, output: int, ignore_eos: bool = False) -> Request:
     r = make_req(rid, 8, 4, max_new=max_new, ignore_eos=ignore_eos)
-    r.output_len = output
+    r.state.output_len = output
     return r
 
 
@@ -108,7 +108,11 @@ def test_admitted_request_charges_ceil_extend_plus_page_plus_max_new() -> None:
     before_total = adder.rem_total_tokens
     req = make_req("r", 30, 4, family="f", shared=3, max_new=5000)
     assert add(adder, req) is CONT
-    assert (req.prefix_len, req.extend_input_len, req.loaded_tokens) == (12, 18, 0)
+    assert (req.state.prefix_len, req.state.extend_input_len, req.state.loaded_tokens) == (
+        12,
+        18,
+        0,
+    )
     assert adder.rem_total_token_offset == 20 + 4 + 4096  # ceil_page(18) + page + clip
     assert adder.cur_rem_token_offset == 20 + 4
     assert adder.rem_input_tokens == 500 - 20
@@ -127,7 +131,7 @@ def test_requeued_request_reserves_its_whole_clipped_output() -> None:
     def requeued(max_new: int, output: int) -> Request:
         r = make_req("q", 30 + output, 4, max_new=max_new)
         r.prompt_len = 30
-        r.output_len = output
+        r.state.output_len = output
         return r
 
     cache = make_cache(2000, 4)
@@ -200,7 +204,7 @@ def test_first_request_may_exceed_max_prefill_tokens() -> None:
     adder = make_adder(cache, max_prefill_tokens=100)
     req = make_req("big", 150, 1)
     assert add(adder, req) is OTHER  # admitted; the budget verdict stops the scan
-    assert adder.can_run_list == [req] and req.extend_input_len == 150
+    assert adder.can_run_list == [req] and req.state.extend_input_len == 150
     assert adder.closed_by is CloseReason.MAX_PREFILL_TOKENS
     assert add(adder, make_req("next", 1, 1)) is OTHER
     assert adder.can_run_list == [req]
@@ -230,7 +234,7 @@ def test_input_budget_not_applied_with_chunking_on() -> None:
     big = make_req("b", 500, 4)
     # ceil_page(500) >= 40 would be OTHER with chunking off; here it fits rem_chunk 940.
     assert add(adder, big) is OTHER  # admitted; now rem_input <= 0 closes the batch
-    assert adder.can_run_list[-1] is big and big.extend_input_len == 500
+    assert adder.can_run_list[-1] is big and big.state.extend_input_len == 500
     assert adder.closed_by is CloseReason.MAX_PREFILL_TOKENS
     alloc_batch(adder, {})
 
@@ -244,7 +248,7 @@ def test_input_budget_equal_to_chunk_truncates_the_next_request() -> None:
     assert add_chunked(adder, chunked) is None  # last chunk: 16 tokens
     nxt = make_req("n", 300, 1)
     assert add(adder, nxt) is OTHER  # truncated, then both budgets are used up
-    assert (nxt.prefix_len, nxt.extend_input_len) == (0, 84)
+    assert (nxt.state.prefix_len, nxt.state.extend_input_len) == (0, 84)
     assert adder.new_chunked_req is nxt
     # budget_state tests rem_input before rem_chunk (as upstream).
     assert adder.closed_by is CloseReason.MAX_PREFILL_TOKENS
@@ -274,8 +278,8 @@ def test_chunk_cut_is_page_aligned_floor_of_rem_chunk() -> None:
     adder = make_adder(cache, chunked_prefill_size=30)
     req = make_req("r", 100, 4, family="f", shared=3)
     assert add(adder, req) is CONT  # rem_chunk = 2 is left: not yet a budget stop
-    assert (req.prefix_len, req.extend_input_len) == (12, 28)
-    assert (req.prefix_len + req.extend_input_len) % 4 == 0
+    assert (req.state.prefix_len, req.state.extend_input_len) == (12, 28)
+    assert (req.state.prefix_len + req.state.extend_input_len) % 4 == 0
     assert adder.new_chunked_req is req
     alloc_batch(adder, {})
     # After a page-ceiled earlier request: 40 - ceil_page(10) = 28 left.
@@ -284,7 +288,7 @@ def test_chunk_cut_is_page_aligned_floor_of_rem_chunk() -> None:
     assert add(adder, make_req("a", 10, 4)) is CONT
     req = make_req("r", 100, 4)
     assert add(adder, req) is OTHER
-    assert req.extend_input_len == 28 and adder.rem_chunk_tokens == 0
+    assert req.state.extend_input_len == 28 and adder.rem_chunk_tokens == 0
     assert adder.closed_by is CloseReason.CHUNK_BUDGET
     alloc_batch(adder, {})
 
@@ -294,7 +298,7 @@ def test_truncated_chunk_reserves_no_output_tokens() -> None:
     adder = make_adder(cache, chunked_prefill_size=40)
     req = make_req("r", 100, 4, max_new=1000)
     add(adder, req)
-    assert req.extend_input_len == 40
+    assert req.state.extend_input_len == 40
     assert adder.rem_total_token_offset == 40 + 4 + 0
     assert adder.cur_rem_token_offset == 40 + 4
 
@@ -304,7 +308,7 @@ def test_request_that_fits_the_chunk_budget_is_not_truncated() -> None:
     adder = make_adder(cache, chunked_prefill_size=40)
     req = make_req("r", 38, 4, max_new=7)  # ceil_page(38) = 40 <= 40
     assert add(adder, req) is OTHER  # chunk budget used up
-    assert req.extend_input_len == 38 and adder.new_chunked_req is None
+    assert req.state.extend_input_len == 38 and adder.new_chunked_req is None
     assert adder.rem_total_token_offset == 40 + 4 + 7
     assert (adder.chunked_req_in_batch, adder.has_chunked_req_in_batch) == (None, False)
 
@@ -325,7 +329,7 @@ def test_chunked_req_budget_seeded_with_true_prefix() -> None:
     ctx = BufferEstimatorContext(GLM5, cp_size=1, page_size=4)
     adder = make_adder(cache, make_limits(4, chunked_prefill_size=40, buffer_ctx=ctx))
     assert add_chunked(adder, chunked) is chunked  # still unfinished
-    assert (chunked.prefix_len, chunked.extend_input_len) == (64, 40)
+    assert (chunked.state.prefix_len, chunked.state.extend_input_len) == (64, 40)
     assert adder.batch_cached_tokens == 64  # prefillkit's tally seeds the true prefix
     assert (adder.log_hit_tokens, adder.log_input_tokens) == (0, 40)  # upstream's counters
     assert adder.batch_shapes == [BufferReqShape(64, 40, 0)]
@@ -355,7 +359,7 @@ def test_last_chunk_reserves_output_tokens() -> None:
     chunked = make_chunked(cache, "c", 90, 64, max_new=5000)
     adder = make_adder(cache, chunked_prefill_size=40)
     assert add_chunked(adder, chunked) is None  # finished with this chunk
-    assert chunked.extend_input_len == 26
+    assert chunked.state.extend_input_len == 26
     assert adder.rem_total_token_offset == 28 + 4 + 4096
     assert adder.cur_rem_token_offset == 28 + 4
     assert adder.chunked_req_in_batch is chunked and adder.has_chunked_req_in_batch
@@ -368,7 +372,7 @@ def test_add_chunked_req_makes_progress_when_rem_total_nonpositive() -> None:
     adder = make_adder(cache, chunked_prefill_size=40, running=[running_req("d", 10**6, 0)])
     assert adder.rem_total_tokens <= 0
     assert add_chunked(adder, chunked) is chunked
-    assert chunked.extend_input_len == 40  # takes rem_chunk_tokens anyway
+    assert chunked.state.extend_input_len == 40  # takes rem_chunk_tokens anyway
     assert adder.budget_state() is NO_TOKEN
     alloc_batch(adder, {})
 
@@ -380,8 +384,8 @@ def test_add_chunked_req_takes_min_of_chunk_and_rem_total_page_aligned() -> None
     adder = make_adder(cache, chunked_prefill_size=400, running=running)
     assert adder.rem_total_tokens == 50
     assert add_chunked(adder, chunked) is chunked
-    assert chunked.extend_input_len == 48  # floor_page(min(400, 50))
-    assert (chunked.prefix_len + chunked.extend_input_len) % 4 == 0
+    assert chunked.state.extend_input_len == 48  # floor_page(min(400, 50))
+    assert (chunked.state.prefix_len + chunked.state.extend_input_len) % 4 == 0
     alloc_batch(adder, {})
 
 
@@ -391,7 +395,7 @@ def test_add_chunked_req_positive_budget_below_a_page_takes_one_page() -> None:
     adder = make_adder(cache, chunked_prefill_size=400, running=[running_req("d", 1136 - 2, 0)])
     assert adder.rem_total_tokens == 2
     add_chunked(adder, chunked)
-    assert chunked.extend_input_len == 4
+    assert chunked.state.extend_input_len == 4
 
 
 def test_add_chunked_req_waits_when_no_page_is_allocatable() -> None:
@@ -423,8 +427,8 @@ def test_add_chunked_req_chunk_is_bounded_per_owner_lane(taken: list[int], pages
     if pages == 0:
         assert adder.can_run_list == [] and adder.closed_by is CloseReason.MEMORY
         return
-    assert chunked.extend_input_len == pages * 4
-    assert (chunked.prefix_len + chunked.extend_input_len) % 4 == 0
+    assert chunked.state.extend_input_len == pages * 4
+    assert (chunked.state.prefix_len + chunked.state.extend_input_len) % 4 == 0
     assert cache.alloc_pages(17, pages) is not None  # allocatable with the others held
     check_invariants(cache, None)
 
@@ -470,7 +474,7 @@ def test_cp_bs1_single_oversized_request_runs_alone() -> None:
     adder = make_adder(cache, make_limits(4, cp_mode="bs1", max_prefill_tokens=16))
     req = make_req("a", 400, 4)
     add(adder, req)
-    assert adder.can_run_list == [req] and req.extend_input_len == 400
+    assert adder.can_run_list == [req] and req.state.extend_input_len == 400
     alloc_batch(adder, {})
 
 
@@ -510,7 +514,7 @@ def test_cached_limit_never_blocks_single_request() -> None:
     warm(cache, make_req("w", 40, 4, family="f", shared=10).keys)
     adder = make_adder(cache, bs_gt1(cp_max_cached_tokens=16))
     a = make_req("a", 60, 4, family="f", shared=10)
-    assert add(adder, a) is CONT and a.prefix_len == 40  # 40 > 16, alone: runs
+    assert add(adder, a) is CONT and a.state.prefix_len == 40  # 40 > 16, alone: runs
     assert add(adder, make_req("b", 8, 4)) is OTHER  # 40 + 0 > 16
     assert adder.closed_by is CloseReason.CP_MAX_CACHED
     alloc_batch(adder, {})
@@ -559,7 +563,7 @@ def test_lone_request_exceeding_every_cp_limit_runs_alone() -> None:
     adder = make_adder(cache, limits)
     req = make_req("a", 400, 4, family="f", shared=10)
     add(adder, req)
-    assert adder.can_run_list == [req] and req.extend_input_len == 360
+    assert adder.can_run_list == [req] and req.state.extend_input_len == 360
     alloc_batch(adder, {})
 
 
@@ -660,7 +664,7 @@ def test_freshly_chunked_request_keeps_earlier_requests_in_cp_batch() -> None:
     b = make_req("b", 100, 4)
     assert add(adder, a) is CONT
     assert add(adder, b) is OTHER  # truncated to the 32 tokens left; chunk budget used up
-    assert adder.can_run_list == [a, b] and b.extend_input_len == 32
+    assert adder.can_run_list == [a, b] and b.state.extend_input_len == 32
     assert (adder.chunked_req_in_batch, adder.has_chunked_req_in_batch) == (b, True)
     alloc_batch(adder, {})
 
@@ -693,7 +697,7 @@ def test_mix_chunked_full_chunk_ends_scan_via_extend_cap(user: int | None) -> No
     chunked = make_chunked(cache, "c", 2000, 160)
     adder = make_adder(cache, mix_limits(cp_max_total_extend_tokens=user))
     assert add_chunked(adder, chunked) is chunked
-    assert chunked.extend_input_len == 400  # a full chunk
+    assert chunked.state.extend_input_len == 400  # a full chunk
     assert adder.cp_extend_limit is not None
     assert adder.batch_extend_tokens >= adder.cp_extend_limit  # the chunk-clamped cap is used up
     before = snapshot(adder)
@@ -707,7 +711,7 @@ def test_mix_chunked_non_page_aligned_chunked_prefix_stays_solo() -> None:
     chunked = make_chunked(cache, "c", 202, 162)  # a sub-page carried prefix
     adder = make_adder(cache, mix_limits())
     add_chunked(adder, chunked)
-    assert chunked.prefix_len % 4 != 0
+    assert chunked.state.prefix_len % 4 != 0
     before = snapshot(adder)
     assert add(adder, make_req("b", 8, 4)) is OTHER
     assert adder.closed_by is CloseReason.CHUNKED_SOLO
@@ -743,7 +747,7 @@ def hicache_setup(total_pages: int, cp: int = 2, max_new: int = 4) -> tuple[Pref
     warm(cache, family)
     to_host(cache, family, keep_units=2)
     req = make_req("r", 42, 4, family="f", shared=8, max_new=max_new)
-    m = cache.match(req.keys, req.max_match_units)
+    m = cache.match(req.keys, req.state.max_match_units)
     assert (m.device_units, m.host_units) == (2, 6)
     return cache, req
 
@@ -757,11 +761,15 @@ def test_hicache_quota_counts_evictable() -> None:
     assert cache.pool.free == [2, 2] and cache.evictable_lanes == [8, 8]
     adder = make_adder(cache)
     assert add(adder, req) is CONT
-    assert (req.device_prefix_len, req.host_hit_len) == (8, 24)
-    assert (req.loaded_tokens, req.prefix_len, req.extend_input_len) == (24, 32, 10)
+    assert (req.state.device_prefix_len, req.state.host_hit_len) == (8, 24)
+    assert (req.state.loaded_tokens, req.state.prefix_len, req.state.extend_input_len) == (
+        24,
+        32,
+        10,
+    )
     assert len(adder.load_backs) == 1 and adder.batch_load_back_tokens == 24
     assert adder.batch_cached_tokens == 32
-    assert cache.match(req.keys, req.max_match_units).device_units == 8
+    assert cache.match(req.keys, req.state.max_match_units).device_units == 8
     owned: dict[str, tuple[int, int]] = {}
     alloc_batch(adder, owned)
     cache.finish_load_back(adder.load_backs[0])
@@ -778,10 +786,10 @@ def test_hicache_quota_gate_is_per_lane_and_failure_is_a_miss() -> None:
     adder = make_adder(cache, chunked_prefill_size=8)
     assert add(adder, req, owned=None) is OTHER  # admitted as a chunk; chunk budget used
     assert adder.can_run_list == [req]
-    assert (req.host_hit_len, req.loaded_tokens, req.prefix_len) == (24, 0, 8)
-    assert req.extend_input_len == 8 and adder.new_chunked_req is req
+    assert (req.state.host_hit_len, req.state.loaded_tokens, req.state.prefix_len) == (24, 0, 8)
+    assert req.state.extend_input_len == 8 and adder.new_chunked_req is req
     assert adder.load_backs == [] and adder.batch_cached_tokens == 8
-    m = cache.match(req.keys, req.max_match_units)
+    m = cache.match(req.keys, req.state.max_match_units)
     assert (m.device_units, m.host_units) == (2, 6)  # nothing was loaded
 
 
@@ -809,7 +817,7 @@ def test_host_hit_rejected_by_cached_limit_is_not_loaded() -> None:
     assert add(adder, req) is OTHER  # 8 + 32 > 36
     assert adder.closed_by is CloseReason.CP_MAX_CACHED
     assert snapshot(adder) == before and adder.load_backs == []
-    m = cache.match(req.keys, req.max_match_units)
+    m = cache.match(req.keys, req.state.max_match_units)
     assert (m.device_units, m.host_units) == (2, 6)
 
 
@@ -818,8 +826,8 @@ def test_host_hit_below_load_back_threshold_not_loaded(threshold: int, loaded: i
     cache, req = hicache_setup(200)
     adder = make_adder(cache, load_back_threshold=threshold)
     assert add(adder, req) is CONT
-    assert req.host_hit_len == 24 and req.loaded_tokens == loaded
-    assert req.prefix_len == 8 + loaded and req.extend_input_len == 42 - 8 - loaded
+    assert req.state.host_hit_len == 24 and req.state.loaded_tokens == loaded
+    assert req.state.prefix_len == 8 + loaded and req.state.extend_input_len == 42 - 8 - loaded
     assert len(adder.load_backs) == (1 if loaded else 0)
     owned: dict[str, tuple[int, int]] = {}
     alloc_batch(adder, owned)
@@ -981,7 +989,7 @@ def test_rejected_candidate_leaves_no_trace(case: str) -> None:
     res = adder.add_one_req(req)
     check_invariants(adder.cache, None)
     assert (res, adder.closed_by) == (result, reason)
-    assert req not in adder.can_run_list and req.locked_node is None
+    assert req not in adder.can_run_list and req.state.locked_node is None
     assert snapshot(adder) == before
     if adder.cache.pool.owned == [0] * adder.cache.cp_size:
         alloc_batch(adder, {})  # what was admitted before is still allocatable

@@ -137,16 +137,20 @@ def check_batch(sched: Scheduler, batch: StepOutput, chunked_before: Request | N
     p = sched.state.page_size
     reqs = [sched.state.running[s.rid] for s in batch.reqs]
     n = len(reqs)
-    exts = [ceil_to(r.extend_input_len, p) for r in reqs]
-    assert n >= 1 and all(r.extend_input_len > 0 for r in reqs)
+    exts = [ceil_to(r.state.extend_input_len, p) for r in reqs]
+    assert n >= 1 and all(r.state.extend_input_len > 0 for r in reqs)
     assert batch.extend_tokens == sum(exts)
-    assert batch.cached_tokens == sum(r.prefix_len for r in reqs)
-    assert all(r.prefix_len + r.extend_input_len <= r.input_len for r in reqs)
+    assert batch.cached_tokens == sum(r.state.prefix_len for r in reqs)
+    assert all(r.state.prefix_len + r.state.extend_input_len <= r.state.input_len for r in reqs)
     if lim.chunked_prefill_size is not None:
         assert sum(exts) <= lim.chunked_prefill_size
-    truncated = [r for r in reqs if r.prefix_len + r.extend_input_len < r.input_len]
+    truncated = [
+        r for r in reqs if r.state.prefix_len + r.state.extend_input_len < r.state.input_len
+    ]
     assert len(truncated) <= 1  # only one request is ever mid-prefill
-    assert all((r.prefix_len + r.extend_input_len) % p == 0 for r in truncated)  # page cut
+    assert all(
+        (r.state.prefix_len + r.state.extend_input_len) % p == 0 for r in truncated
+    )  # page cut
     caps = [v for v in (lim.cp_max_total_extend_tokens, lim.chunked_prefill_size) if v]
     cap = min(caps) if lim.cp_mode == "bs_gt1" and caps else None
     input_budget = max(lim.max_prefill_tokens, cap or 0)
@@ -164,7 +168,7 @@ def check_batch(sched: Scheduler, batch: StepOutput, chunked_before: Request | N
         assert lim.cp_max_buffer_size is None or batch.buffer_bytes <= lim.cp_max_buffer_size
         if chunked_before is not None and chunked_before in reqs:
             assert lim.cp_prefill_mix_chunked  # chunked requests stay solo otherwise
-            assert chunked_before.prefix_len % p == 0
+            assert chunked_before.state.prefix_len % p == 0
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -198,7 +202,7 @@ def simulate(
     ]
     # Generous progress bound: every pass computes at least one page of some prompt.
     bound = 50 + sum(
-        -(-r.input_len // cfg.page_size) + r.max_new_tokens + s.hold + s.arrival_step
+        -(-r.state.input_len // cfg.page_size) + r.max_new_tokens + s.hold + s.arrival_step
         for s, r in zip(specs, reqs, strict=True)
     )
     arrivals = sorted(zip(specs, reqs, strict=True), key=lambda t: t[0].arrival_step)
@@ -232,9 +236,9 @@ def simulate(
         step += 1
         assert step < bound, "admission made no progress (deadlock)"
     for req in reqs:
-        assert req.status in (ReqStatus.FINISHED, ReqStatus.REJECTED), req
-        if req.status is ReqStatus.FINISHED:
-            assert req.computed_tokens == req.input_len
+        assert req.state.status in (ReqStatus.FINISHED, ReqStatus.REJECTED), req
+        if req.state.status is ReqStatus.FINISHED:
+            assert req.state.computed_tokens == req.state.input_len
     cache, pool = sched.state.cache, sched.state.pool
     assert cache.protected_pages == 0 and pool.owned == [0] * pool.cp_size
     cache.evict_tokens(10**12)
@@ -316,9 +320,9 @@ def test_random_adder_rejections_leave_no_trace_and_batches_allocate(
         check_invariants(cache, [])
         if len(adder.can_run_list) == n:  # rejected: no trace at all
             assert res is not AddReqResult.CONTINUE
-            assert snapshot(adder) == before and req.locked_node is None
+            assert snapshot(adder) == before and req.state.locked_node is None
         else:
-            assert adder.can_run_list[-1] is req and req.locked_node is not None
+            assert adder.can_run_list[-1] is req and req.state.locked_node is not None
         # NOTE: the scan goes on after a stop on purpose (the scheduler would stop): every
         # call must leave the adder consistent, so more rejections get checked.
     owned: dict[str, tuple[int, int]] = {}
@@ -483,7 +487,7 @@ def run_equivalence(case: EquivCase) -> int:
     for i, (fam, sh, n, mn, arr, hold) in enumerate(case.reqs):
         out = min(case.requeued.get(i, 0), max(mn - 1, 0))
         r = make_req(f"r{i}", n + out, page, family=fam, shared=sh, max_new=mn)
-        r.prompt_len, r.output_len = n, out  # as reset_for_requeue leaves it
+        r.prompt_len, r.state.output_len = n, out  # as reset_for_requeue leaves it
         pending.append((arr, hold, r))
     pending.sort(key=lambda t: t[0])
     hold_of = {r.rid: h for _, h, r in pending}
@@ -496,7 +500,7 @@ def run_equivalence(case: EquivCase) -> int:
         st.decoding = []  # reserved for; these hold no KV in this harness
         for i, (mn, out, ie) in enumerate(running):
             fake = make_req(f"dec{i}", 1, page, max_new=mn, ignore_eos=ie)
-            fake.output_len = out
+            fake.state.output_len = out
             st.decoding.append(fake)
         if not sched.has_work and not holds and not pending:
             break
@@ -514,9 +518,13 @@ def run_equivalence(case: EquivCase) -> int:
             case.ratio,
             None
             if ch is None
-            else RefReq(ch.rid, ch.input_len, ch.keys, ch.max_new_tokens, ch.computed_tokens),
+            else RefReq(
+                ch.rid, ch.state.input_len, ch.keys, ch.max_new_tokens, ch.state.computed_tokens
+            ),
             [
-                RefReq(r.rid, r.input_len, r.keys, r.max_new_tokens, output=r.output_len)
+                RefReq(
+                    r.rid, r.state.input_len, r.keys, r.max_new_tokens, output=r.state.output_len
+                )
                 for r in st.waiting
             ],
         )

@@ -127,9 +127,9 @@ def test_match_respects_max_units_and_does_not_mutate() -> None:
 
 def test_request_max_match_leaves_one_token() -> None:
     req = Request.from_tokens("r", list(range(16)), page_size=4)
-    assert len(req.keys) == 4 and req.max_match_units == 3
+    assert len(req.keys) == 4 and req.state.max_match_units == 3
     req2 = Request.from_tokens("r", list(range(17)), page_size=4)
-    assert req2.max_match_units == 4
+    assert req2.state.max_match_units == 4
 
 
 def test_lock_moves_pages_from_evictable_to_protected() -> None:
@@ -446,8 +446,8 @@ def test_random_operations_keep_invariants(
         check_invariants(cache, [(s, e) for _, _, s, e in live])
         for w in watchers.values():
             c = refresh_match(cache, w)
-            assert c == cache.match_units(w.keys, w.max_match_units)
-            assert w.match_node is (cache.index[w.keys[c - 1]] if c else cache.root)
+            assert c == cache.match_units(w.keys, w.state.max_match_units)
+            assert w.state.match_node is (cache.index[w.keys[c - 1]] if c else cache.root)
     for lb in lbs:
         cache.finish_load_back(lb)
     for node, keys, start, end in live:

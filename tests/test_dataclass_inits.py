@@ -46,20 +46,17 @@ REAL_ARGS: dict[type, dict[str, Any]] = {
     TraceRecord: dict(
         rid="r", arrival_s=1.5, input_len=3, output_len=2, hash_ids=(7,), block_size=4, tokens=None
     ),
-    Request: dict(
-        rid="r", arrival_time=0.5, input_len=129, max_new_tokens=4, keys=[1, 2, 3], key_tokens=64
-    ),
 }
 
 
 #: Fields that are not parameters and that __init__ derives from them (their declared
 #: default is a placeholder).
-DERIVED = {(Request, "prompt_len"), (Request, "max_match_units")}
+DERIVED: set[tuple[type, str]] = set()
 
 
 def test_the_hot_classes_are_written_out() -> None:
     names = {c.__name__ for c in WRITTEN}
-    hot = {"Request", "ReqShape", "TraceRecord", "MatchResult", "LoadBack", "PrefillBatch"}
+    hot = {"ReqShape", "TraceRecord", "MatchResult", "LoadBack", "PrefillBatch"}
     assert hot | {"ScheduledReq", "StepOutput", "CachedSplit", "BatchRecord"} <= names
 
 
@@ -113,12 +110,13 @@ def test_every_field_is_set(cls: type) -> None:
 
 
 def test_request_state_starts_as_the_generated_init_left_it() -> None:
-    r = Request(**REAL_ARGS[Request])
-    assert r.status is ReqStatus.WAITING
-    assert (r.computed_tokens, r.prefix_len, r.owned_pages, r.pending_pages) == (0, 0, [], None)
-    assert (r.first_token_time, r.requeue_lost_s, r.extra) == (None, 0.0, {})
-    assert (r.prompt_len, r.max_match_units) == (129, 2)
-    assert Request("s", 0.0, 10, 1, [1], 1).max_match_units == 1  # one token always computed
+    r = Request("r", 0.5, 129, 4, [1, 2, 3], 64)
+    st = r.state
+    assert st.status is ReqStatus.WAITING
+    assert (st.computed_tokens, st.prefix_len, st.owned_pages, st.pending_pages) == (0, 0, [], None)
+    assert (r.metrics.first_token_time, r.metrics.requeue_lost_s, r.extra) == (None, 0.0, {})
+    assert (r.prompt_len, st.input_len, st.max_match_units) == (129, 129, 2)
+    assert Request("s", 0.0, 10, 1, [1], 1).state.max_match_units == 1  # one token always computed
 
 
 def test_trace_record_checks_and_at() -> None:

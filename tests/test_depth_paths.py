@@ -33,7 +33,7 @@ def reference_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Req
     by_node: dict[Node, list[tuple[int, Request]]] = {}
     for req in waiting:
         c = refresh_match(cache, req)
-        node = req.match_node
+        node = req.state.match_node
         assert node is not None
         if not node.on_device:
             m = cache.match_node(node, c)
@@ -107,7 +107,7 @@ def test_dfs_weight_equals_the_root_walk(seed: int, host_pages: int | None) -> N
         ]
         for r in waiting:  # the binary search for the device part equals the walk
             c = refresh_match(cache, r)
-            assert device_units(cache, r, c) == cache.match_node(r.match_node, c).device_units  # type: ignore[arg-type]
+            assert device_units(cache, r, c) == cache.match_node(r.state.match_node, c).device_units  # type: ignore[arg-type]
         want = [r.rid for r in reference_dfs_weight(waiting, cache)]
         assert [r.rid for r in order_dfs_weight(waiting, cache)] == want  # the parent walk
         with patch.object(policy, "_real_tree", lambda *a: None):  # the virtual tree

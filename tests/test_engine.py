@@ -45,10 +45,10 @@ def test_hand_checked_ttfts_with_prefix_reuse() -> None:
     res = simulate(small_cfg().sim_settings(), reqs, cost=LinearCost())
     r1, r2 = res.requests
     # r1 alone: 0.5 + 1.0 s. r2 waits for the executor, then reuses 500 cached tokens.
-    assert r1.first_token_time == pytest.approx(1.5)
-    assert r2.first_scheduled_time == pytest.approx(1.5)
-    assert r2.device_hit_tokens == 500
-    assert r2.first_token_time == pytest.approx(2.5)
+    assert r1.metrics.first_token_time == pytest.approx(1.5)
+    assert r2.metrics.first_scheduled_time == pytest.approx(1.5)
+    assert r2.metrics.device_hit_tokens == 500
+    assert r2.metrics.first_token_time == pytest.approx(2.5)
     assert res.summary["ttft_max_s"] == pytest.approx(2.4)
     assert res.summary["completed"] == 2 and res.summary["stuck"] == 0
 
@@ -60,7 +60,7 @@ def test_batched_requests_share_one_forward_and_chunking_splits() -> None:
     # pass 3: rest of r2 (808).
     sizes = [(b.size, b.raw_extend_tokens) for b in res.batches]
     assert sizes == [(2, 4096), (2, 4096), (1, 808)]
-    ttft = {r.rid: r.first_token_time for r in res.requests}
+    ttft = {r.rid: r.metrics.first_token_time for r in res.requests}
     assert ttft["r0"] == pytest.approx(0.5 + 4.096)
     assert ttft["r1"] == pytest.approx(2 * (0.5 + 4.096))
     assert ttft["r2"] == pytest.approx(2 * (0.5 + 4.096) + 0.5 + 0.808)
@@ -115,7 +115,9 @@ def test_same_inputs_same_results() -> None:
     sa = {k: v for k, v in a.summary.items() if k not in strip}
     sb = {k: v for k, v in b.summary.items() if k not in strip}
     assert sa == sb
-    assert [r.first_token_time for r in a.requests] == [r.first_token_time for r in b.requests]
+    assert [r.metrics.first_token_time for r in a.requests] == [
+        r.metrics.first_token_time for r in b.requests
+    ]
     assert a.batches == b.batches
 
 

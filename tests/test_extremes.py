@@ -69,11 +69,11 @@ def assert_clean(engine: Engine, result: SimResult) -> None:
     assert st.cache.protected_pages == 0
     assert st.running == {} and not st.waiting and st.chunked_req is None
     for req in result.requests:
-        if req.status is ReqStatus.REJECTED:
-            assert req.reject_reason
+        if req.state.status is ReqStatus.REJECTED:
+            assert req.metrics.reject_reason
         else:
-            assert req.status is ReqStatus.FINISHED, req.rid
-            assert req.first_token_time is not None
+            assert req.state.status is ReqStatus.FINISHED, req.rid
+            assert req.metrics.first_token_time is not None
 
 
 # --------------------------------------------------------------------------- pool sizes
@@ -100,7 +100,7 @@ def test_pool_of_exactly_one_request(mode: str, page: int) -> None:
     _, res = run(small, [unique(f"r{i}", inp, page, t=0.001 * i, out=out) for i in range(5)])
     assert res.summary["completed"] == 0 and res.summary["rejected"] == 5
     assert res.batches == []
-    assert all("KV pool" in (r.reject_reason or "") for r in res.requests)
+    assert all("KV pool" in (r.metrics.reject_reason or "") for r in res.requests)
 
 
 def test_host_cache_smaller_than_one_request() -> None:
@@ -125,7 +125,7 @@ def test_host_cache_smaller_than_one_request() -> None:
     host = engine.sched.state.cache.host  # type: ignore[attr-defined]
     assert host is not None
     assert host.capacity_pages == 8  # (1e9 // 1e7 tokens // 64) pages x 8 lanes
-    assert host.capacity_pages * 64 < min(r.input_len for r in reqs)
+    assert host.capacity_pages * 64 < min(r.state.input_len for r in reqs)
     assert host.used_pages <= host.capacity_pages
     assert res.summary["completed"] == len(reqs)
 
@@ -142,10 +142,10 @@ def test_every_request_identical(policy: str) -> None:
     _, res = run(c, reqs)
     assert res.summary["completed"] == 40
     first = res.requests[0]
-    assert first.device_hit_tokens == 0
+    assert first.metrics.device_hit_tokens == 0
     reusable = (3000 - 1) // 16 * 16  # the last token is always computed
     for req in res.requests[1:]:
-        assert req.device_hit_tokens == reusable, req.rid
+        assert req.metrics.device_hit_tokens == reusable, req.rid
     assert res.summary["device_hit_rate"] == pytest.approx(39 * reusable / (40 * 3000))
 
 
@@ -189,7 +189,7 @@ def test_100k_token_prompts_chunk_correctly(chunk: int | None, cp: int) -> None:
     _, res = run(c, reqs)
     assert res.summary["completed"] == 3
     want = 1 if chunk is None else math.ceil(n / chunk)
-    assert [r.num_chunks for r in res.requests] == [want] * 3
+    assert [r.metrics.num_chunks for r in res.requests] == [want] * 3
     assert sum(b.raw_extend_tokens for b in res.batches) == 3 * n
 
 
@@ -201,8 +201,8 @@ def test_100k_prompts_share_their_prefix() -> None:
     b = Request("b", 5.0, 100_064, 8, [*base, hash(("long", "b"))], 64)
     _, res = run(c, [a, b])
     assert res.summary["completed"] == 2
-    assert b.device_hit_tokens == 100_000 // 64 * 64  # a's 1,562 complete pages
-    assert b.num_chunks == 1
+    assert b.metrics.device_hit_tokens == 100_000 // 64 * 64  # a's 1,562 complete pages
+    assert b.metrics.num_chunks == 1
 
 
 @pytest.mark.parametrize("mode", ["pd-prefill", "colocated"])
@@ -214,10 +214,10 @@ def test_zero_length_output(mode: str) -> None:
     engine, res = run(c, reqs)
     assert res.summary["completed"] == 20
     for req in res.requests:
-        assert req.output_len == 0
-        assert req.finish_time is not None and req.first_token_time is not None
+        assert req.state.output_len == 0
+        assert req.metrics.finish_time is not None and req.metrics.first_token_time is not None
         if mode == "colocated":
-            assert req.finish_time == req.first_token_time
+            assert req.metrics.finish_time == req.metrics.first_token_time
     assert engine.sched.decode_load() == (0, 0)
 
 
@@ -262,7 +262,7 @@ def test_prompt_larger_than_the_pool_is_rejected_alone() -> None:
         unique("ok2", 3000, 16, t=0.4),
     ]
     _, res = run(c, reqs)
-    status = {r.rid: r.status for r in res.requests}
+    status = {r.rid: r.state.status for r in res.requests}
     assert status == {
         "ok0": ReqStatus.FINISHED,
         "huge": ReqStatus.REJECTED,
@@ -272,10 +272,13 @@ def test_prompt_larger_than_the_pool_is_rejected_alone() -> None:
     }
     assert res.summary["rejected"] == 2 and res.summary["completed"] == 3
     huge = res.requests[1]
-    assert huge.reject_reason == "needs 3750 KV pages but the pool holds 3125"
+    assert huge.metrics.reject_reason == "needs 3750 KV pages but the pool holds 3125"
     edge = res.requests[3]
-    assert edge.reject_reason is not None and "memory test can never pass" in edge.reject_reason
-    assert huge.first_scheduled_time is None and huge.num_chunks == 0
+    assert (
+        edge.metrics.reject_reason is not None
+        and "memory test can never pass" in edge.metrics.reject_reason
+    )
+    assert huge.metrics.first_scheduled_time is None and huge.metrics.num_chunks == 0
 
 
 def test_prompt_larger_than_the_cp_lanes_is_rejected() -> None:
@@ -295,9 +298,9 @@ def test_prompt_larger_than_the_cp_lanes_is_rejected() -> None:
     ]
     engine, res = run(c, reqs)
     assert engine.sched.state.pool.capacity == [10] * 8  # type: ignore[attr-defined]
-    rejected = [r for r in res.requests if r.status is ReqStatus.REJECTED]
+    rejected = [r for r in res.requests if r.state.status is ReqStatus.REJECTED]
     assert [r.rid for r in rejected] == ["lanes"]
-    assert "8 owner lanes" in (rejected[0].reject_reason or "")
+    assert "8 owner lanes" in (rejected[0].metrics.reject_reason or "")
     assert res.summary["rejected"] == 1 and res.summary["completed"] == 2
 
 
@@ -306,7 +309,7 @@ def test_output_reservation_larger_than_the_pool_is_rejected_in_colocated_mode()
     c = cfg(page_size=16, mode="colocated", max_total_tokens=10_000)
     reqs = [unique("ok", 1000, 16, out=100), unique("long-output", 1000, 16, t=0.1, out=9500)]
     _, res = run(c, reqs)
-    assert [r.status for r in res.requests] == [ReqStatus.FINISHED, ReqStatus.REJECTED]
+    assert [r.state.status for r in res.requests] == [ReqStatus.FINISHED, ReqStatus.REJECTED]
     assert res.summary["rejected"] == 1
 
 
@@ -370,9 +373,12 @@ def test_a_request_that_can_never_fit_after_its_retraction_is_rejected() -> None
     )  # fmt: skip
     _, res = run(config, reqs)
     r0, r1 = res.requests
-    assert r1.status is ReqStatus.FINISHED and r1.output_len == 100
-    assert r0.status is ReqStatus.REJECTED and (r0.retractions, r0.output_len) == (1, 64)
-    assert r0.reject_reason == (
+    assert r1.state.status is ReqStatus.FINISHED and r1.state.output_len == 100
+    assert r0.state.status is ReqStatus.REJECTED and (
+        r0.metrics.retractions,
+        r0.state.output_len,
+    ) == (1, 64)
+    assert r0.metrics.reject_reason == (
         "requeued with 64 output tokens kept: prompt + reserved output (16, clipped at 16) "
         "+ one page = 397 tokens is not below the KV pool (384 tokens): the admission "
         "memory test can never pass, even on an empty pool"

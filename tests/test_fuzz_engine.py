@@ -339,11 +339,18 @@ def scenarios(
         if host_kind == "ratio":
             kw["hicache_ratio"] = draw(st.sampled_from([1.01, 1.5, 4.0]))
         elif host_kind == "exact":
-            # Exactly ``n`` host pages per lane: 1 GB over a per-token size of
-            # 1e9 // (n * page) bytes leaves n pages and less than one page over.
+            # Exactly ``n`` host pages per lane: 1 GB over a per-rank token size of
+            # 1e9 // (n * page) bytes leaves n pages and less than one page over. The knob
+            # is the whole model's size per token; a GQA model's KV heads split over the
+            # attention-TP ranks (max(1, heads // attn_tp) each, as SGLang sizes its
+            # pools), so one rank holds local / heads of it: scale it up by heads / local.
             n_host = draw(st.sampled_from([1, 2, 3, 5, 8]))
+            spec = MODELS[model]
+            heads = spec.num_kv_heads if spec.attention == "gqa" else 0
+            local = max(1, heads // (kw["tp_size"] // cp))
+            split = heads // local if heads > 0 else 1  # exact: even heads, attn_tp 1 or 2
             kw["hicache_size"] = 1
-            kw["kv_bytes_per_token"] = 10**9 // (n_host * page)
+            kw["kv_bytes_per_token"] = 10**9 // (n_host * page) * split
             notes.append(f"host_pages_per_lane={n_host}")
         else:
             # hicache_size GB per GPU with a huge per-token KV size: from a host pool
@@ -478,15 +485,15 @@ def _instrument(engine: Engine) -> list[PassLog]:
 
     def seen_times(req: Request, moved: list[str]) -> None:
         for times, t, what in (
-            (first_sched, req.first_scheduled_time, "first_scheduled"),
-            (first_tok, req.first_token_time, "first_token"),
+            (first_sched, req.metrics.first_scheduled_time, "first_scheduled"),
+            (first_tok, req.metrics.first_token_time, "first_token"),
         ):
             if t is not None and times.setdefault(req.rid, t) != t:
                 moved.append(f"ttft:{what} of {req.rid} moved {times[req.rid]} -> {t}")
 
     def wrapped(now: float) -> StepOutput:
         waiting = list(state.waiting)
-        before = {r.rid: r.affinity_skips for r in waiting}
+        before = {r.rid: r.state.affinity_skips for r in waiting}
         chunked = state.chunked_req
         aged: dict[str, float] = {}
         if bound is not None:
@@ -503,7 +510,9 @@ def _instrument(engine: Engine) -> list[PassLog]:
         batch = step if step.reqs else None
         # A skipped request is still waiting (in arrival order, as engine.requests).
         skipped = [
-            r.rid for r in state.waiting if r.rid in before and r.affinity_skips > before[r.rid]
+            r.rid
+            for r in state.waiting
+            if r.rid in before and r.state.affinity_skips > before[r.rid]
         ]
         ext = 0 if batch is None else sum(r.extend_len for r in batch.reqs)
         entry = PassLog(now, skipped, batch, ext, chunked_before=chunked and chunked.rid)
@@ -534,12 +543,12 @@ def _instrument(engine: Engine) -> list[PassLog]:
                 entry.shapes.append(
                     Shape(
                         r.rid,
-                        r.prefix_len,
-                        r.extend_input_len,
-                        r.loaded_tokens,
-                        r.device_prefix_len if fresh else -1,
-                        r.host_hit_len if fresh else -1,
-                        r.input_len,
+                        r.state.prefix_len,
+                        r.state.extend_input_len,
+                        r.state.loaded_tokens,
+                        r.state.device_prefix_len if fresh else -1,
+                        r.state.host_hit_len if fresh else -1,
+                        r.state.input_len,
                         fresh,
                     )
                 )
@@ -610,7 +619,7 @@ def check_latency(engine: Engine, result: SimResult, log: list[PassLog]) -> None
     ahead = -math.inf  # the latest first scheduling of the requests ahead
     j = 0  # NOTE: t0 never decreases along arrival order, so neither does the scan start
     for r in sorted(result.requests, key=lambda r: order[r.rid]):
-        first = r.first_scheduled_time
+        first = r.metrics.first_scheduled_time
         if first is None:
             continue  # rejected on arrival
         t0 = max(r.arrival_time + bound, ahead)
@@ -636,12 +645,14 @@ def check_ttft(engine: Engine, result: SimResult, log: list[PassLog]) -> None:
         assert not p.moved, p.moved[0]
     first_sched, first_tok = engine.first_times  # type: ignore[attr-defined]
     for req in result.requests:
-        if req.status is ReqStatus.REJECTED:
+        if req.state.status is ReqStatus.REJECTED:
             continue
         row = request_row(req)
-        assert req.first_scheduled_time == first_sched[req.rid], f"ttft:first_scheduled {req.rid}"
+        assert req.metrics.first_scheduled_time == first_sched[req.rid], (
+            f"ttft:first_scheduled {req.rid}"
+        )
         if req.rid in first_tok:
-            assert req.first_token_time == first_tok[req.rid], f"ttft:first_token {req.rid}"
+            assert req.metrics.first_token_time == first_tok[req.rid], f"ttft:first_token {req.rid}"
         ttft, queueing = float(row["ttft_s"]), float(row["queueing_s"])
         assert ttft >= queueing >= 0, f"ttft:ttft {ttft} < queueing {queueing} for {req.rid}"
 
@@ -649,23 +660,23 @@ def check_ttft(engine: Engine, result: SimResult, log: list[PassLog]) -> None:
 def _step_check(state: SchedulerState) -> None:
     """Request-state invariants, after every engine step (next to ``Scheduler.check``)."""
     for req in state.waiting:
-        assert req.status is ReqStatus.WAITING, (req.rid, req.status)
-        assert req.locked_node is None, req.rid
-        assert req.owned_end_page == req.owned_start_page == 0, req.rid
+        assert req.state.status is ReqStatus.WAITING, (req.rid, req.state.status)
+        assert req.state.locked_node is None, req.rid
+        assert req.state.owned_end_page == req.state.owned_start_page == 0, req.rid
     waiting_ids = {id(r) for r in state.waiting}
     assert len(waiting_ids) == len(state.waiting), "a request is queued twice"
     for rid, req in state.running.items():
         assert rid == req.rid
         assert id(req) not in waiting_ids, rid
-        assert req.status in (
+        assert req.state.status in (
             ReqStatus.PREFILLING,
             ReqStatus.TRANSFERRING,
             ReqStatus.DECODING,
-        ), (rid, req.status)
-        assert req.locked_node is not None, rid
+        ), (rid, req.state.status)
+        assert req.state.locked_node is not None, rid
     if state.chunked_req is not None:
         assert state.chunked_req.rid in state.running
-        assert state.chunked_req.status is ReqStatus.PREFILLING
+        assert state.chunked_req.state.status is ReqStatus.PREFILLING
     for req in state.decoding:
         assert req.rid in state.running
 
@@ -726,32 +737,35 @@ def check_end_state(sc: Scenario, engine: Engine, result: SimResult) -> None:
     rejected = 0
     for req in result.requests:
         reason = never_fits_reason(state, req)
-        if req.status is ReqStatus.REJECTED:
+        if req.state.status is ReqStatus.REJECTED:
             rejected += 1
-            assert req.reject_reason, req.rid
-            requeued = f"requeued with {req.output_len} output tokens kept: "
-            if req.reject_reason.startswith(requeued):
+            assert req.metrics.reject_reason, req.rid
+            requeued = f"requeued with {req.state.output_len} output tokens kept: "
+            if req.metrics.reject_reason.startswith(requeued):
                 # Its re-prefill (prompt + kept output) could never pass admission again.
-                assert req.retractions + req.preemptions > 0, req.rid
-                assert reason == req.reject_reason[len(requeued) :], (req.rid, reason)
-                assert req.first_scheduled_time is not None
+                assert req.metrics.retractions + req.metrics.preemptions > 0, req.rid
+                assert reason == req.metrics.reject_reason[len(requeued) :], (req.rid, reason)
+                assert req.metrics.first_scheduled_time is not None
                 continue
-            assert reason == req.reject_reason, (req.rid, reason, req.reject_reason)
-            assert req.first_token_time is None and req.first_scheduled_time is None
+            assert reason == req.metrics.reject_reason, (req.rid, reason, req.metrics.reject_reason)
+            assert req.metrics.first_token_time is None and req.metrics.first_scheduled_time is None
             continue
         assert reason is None, (req.rid, reason)
-        assert req.status is ReqStatus.FINISHED, (req.rid, req.status)
-        assert req.first_token_time is not None, req.rid
-        assert req.first_scheduled_time is not None, req.rid
-        assert req.arrival_time <= req.first_scheduled_time <= req.first_token_time
-        assert req.finish_time is not None and req.finish_time >= req.first_token_time
-        assert req.num_chunks >= 1
-        assert req.device_hit_tokens + req.host_hit_tokens < req.input_len
+        assert req.state.status is ReqStatus.FINISHED, (req.rid, req.state.status)
+        assert req.metrics.first_token_time is not None, req.rid
+        assert req.metrics.first_scheduled_time is not None, req.rid
+        assert req.arrival_time <= req.metrics.first_scheduled_time <= req.metrics.first_token_time
+        assert (
+            req.metrics.finish_time is not None
+            and req.metrics.finish_time >= req.metrics.first_token_time
+        )
+        assert req.metrics.num_chunks >= 1
+        assert req.metrics.device_hit_tokens + req.metrics.host_hit_tokens < req.state.input_len
         if not state.cfg.chunking_enabled and _requeues(req) == 0:
-            assert req.num_chunks == 1, (req.rid, req.num_chunks)
+            assert req.metrics.num_chunks == 1, (req.rid, req.metrics.num_chunks)
     assert summary["rejected"] == rejected == state.stats.rejected
     # Completed: a first token (a request rejected on a requeue may have had one).
-    first_tokens = sum(1 for r in result.requests if r.first_token_time is not None)
+    first_tokens = sum(1 for r in result.requests if r.metrics.first_token_time is not None)
     assert summary["completed"] == first_tokens
     assert summary["stuck"] == 0
     assert summary["unfinished"] == 0
@@ -790,7 +804,7 @@ def check_affinity(engine: Engine, result: SimResult, log: list[PassLog]) -> Non
     for rid, times in skip_times.items():
         req = by_rid[rid]
         assert len(times) <= cfg.affinity_max_head_defers, (rid, times)
-        assert len(times) == req.affinity_skips
+        assert len(times) == req.state.affinity_skips
         for t in times:
             assert t - req.arrival_time < cfg.affinity_max_age_s, (rid, t, req.arrival_time)
     total_skips = sum(len(p.skipped) for p in log)
@@ -802,7 +816,7 @@ def check_affinity(engine: Engine, result: SimResult, log: list[PassLog]) -> Non
 def _requeues(req: Request) -> int:
     """Times ``req`` went back to the queue (priority preemptions and, where counted
     apart, decode retractions)."""
-    return req.preemptions + int(getattr(req, "retractions", 0))
+    return req.metrics.preemptions + req.metrics.retractions
 
 
 def _ceil(tokens: int, page: int) -> int:
@@ -945,24 +959,24 @@ def check_chunks(sc: Scenario, engine: Engine, result: SimResult, log: list[Pass
                 assert ran[s.rid] == s.input_len - first[s.rid].prefix, f"chunk:sum {where}"
     assert not expect, f"chunk:never finished {expect}"
     for req in result.requests:
-        if req.status is not ReqStatus.FINISHED:
+        if req.state.status is not ReqStatus.FINISHED:
             continue
         row = request_row(req)
         rid = req.rid
-        hit = req.device_hit_tokens + req.host_hit_tokens
+        hit = req.metrics.device_hit_tokens + req.metrics.host_hit_tokens
         assert 0 <= hit <= bound[rid], f"hit:reported {rid} {hit} > {bound[rid]}"
         recomputed = row["recomputed_tokens"]
-        assert recomputed is not None and recomputed >= req.input_len - bound[rid], (
-            f"hit:recomputed {rid} {recomputed} < {req.input_len} - {bound[rid]}"
+        assert recomputed is not None and recomputed >= req.state.input_len - bound[rid], (
+            f"hit:recomputed {rid} {recomputed} < {req.state.input_len} - {bound[rid]}"
         )
         if _requeues(req) == 0:  # one admission: the report is what the batches ran
             s = first[rid]
-            assert (req.device_hit_tokens, req.host_hit_tokens) == (
+            assert (req.metrics.device_hit_tokens, req.metrics.host_hit_tokens) == (
                 s.device_prefix,
                 s.loaded,
             ), f"hit:reported split {rid} {s}"
             assert recomputed == ran[rid], f"hit:recomputed {rid} {recomputed} != {ran[rid]}"
-            assert req.num_chunks == chunks[rid], f"chunk:num_chunks {rid}"
+            assert req.metrics.num_chunks == chunks[rid], f"chunk:num_chunks {rid}"
 
 
 def fingerprint(result: SimResult, cfg: Config) -> tuple[object, ...]:
@@ -1134,11 +1148,17 @@ def test_a_requeue_that_can_never_fit_again_is_rejected() -> None:
     _, result, _ = replay(sc)
     by_rid = {r.rid: r for r in result.requests}
     b, a = by_rid["r0"], by_rid["r1"]
-    assert a.status is ReqStatus.FINISHED and b.status is ReqStatus.REJECTED
-    assert b.retractions == 1 and b.output_len == 64 and b.first_token_time is not None
-    assert b.reject_reason is not None
-    assert b.reject_reason.startswith("requeued with 64 output tokens kept: prompt + reserved")
-    assert "397 tokens is not below the KV pool (384 tokens)" in b.reject_reason
+    assert a.state.status is ReqStatus.FINISHED and b.state.status is ReqStatus.REJECTED
+    assert (
+        b.metrics.retractions == 1
+        and b.state.output_len == 64
+        and b.metrics.first_token_time is not None
+    )
+    assert b.metrics.reject_reason is not None
+    assert b.metrics.reject_reason.startswith(
+        "requeued with 64 output tokens kept: prompt + reserved"
+    )
+    assert "397 tokens is not below the KV pool (384 tokens)" in b.metrics.reject_reason
     summary = result.summary
     assert (summary["completed"], summary["rejected"], summary["unfinished"]) == (2, 1, 0)
 
@@ -1368,7 +1388,7 @@ def test_cli_replay_matches_in_process(tf: TraceFile) -> None:
         for req in reqs:
             row = by_rid[req.rid]
             assert float(row["arrival_s"]) == req.arrival_time
-            assert int(row["input_len"]) == req.input_len
+            assert int(row["input_len"]) == req.state.input_len
             out_col = "max_new_tokens" if "max_new_tokens" in row else "output_len"
             assert int(row[out_col]) == req.max_new_tokens
             assert int(row["priority"]) == req.priority

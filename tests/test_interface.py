@@ -133,12 +133,12 @@ def test_step_is_immutable_and_names_pages() -> None:
     r = step.reqs[0]
     assert (r.prefix_len, r.extend_start, r.extend_end, r.is_chunk) == (0, 0, 20, False)
     assert r.prefix_page_ids() == [] and len(r.page_ids()) == 5 and r.new_start_page == 0
-    assert a.pending_pages is not None
-    assert r.page_ids() == pending_table(a.pending_pages)[0].tolist()
+    assert a.state.pending_pages is not None
+    assert r.page_ids() == pending_table(a.state.pending_pages)[0].tolist()
     a_pages = r.page_ids()
     s.forward_done(step, 1.0)
     s.begin_transfer(a)
-    assert a.status is ReqStatus.TRANSFERRING
+    assert a.state.status is ReqStatus.TRANSFERRING
     s.check()
     # A second request with the same 16-token prefix: its prefix pages are a's pages.
     b = req("b", [*list(range(16)), 99, 98, 97])
@@ -248,7 +248,7 @@ def test_abort_frees_everything_wherever_the_request_is() -> None:
     s.add_request(b)
     s.abort(b, 0.5)  # waiting
     s.abort(a, 0.5)  # running, mid-forward
-    assert a.status is ReqStatus.ABORTED and b.status is ReqStatus.ABORTED
+    assert a.state.status is ReqStatus.ABORTED and b.state.status is ReqStatus.ABORTED
     assert not s.has_work and s.num_pending() == 0
     s.check()
     assert s.state.pool.owned == [0] and step.reqs[0].rid == "a"

@@ -164,8 +164,8 @@ def test_quiet_pass_rescoring_nobody() -> None:
     cache = sched.state.cache
     assert cache.pool.alloc_owned([1])
     cache.unlock(cache.insert(cache.root, cold.keys, 0, 1))
-    before = cold.match_hint
+    before = cold.state.match_hint
     list(lpm.order(None))
     assert rescored[0] == 1
-    assert (before, cold.match_hint) == (0, 1)
+    assert (before, cold.state.match_hint) == (0, 1)
     sched.check()  # the kept order is a full re-sort's

@@ -46,7 +46,7 @@ def test_rejected_candidate_keeps_lru_order_through_the_adder() -> None:
     assert adder.add_one_req(first) is not AddReqResult.CONTINUE
     second = make_req("y", 8 * page, page, family="A", shared=3)  # A's first 3 pages
     assert adder.add_one_req(second) is not AddReqResult.CONTINUE
-    assert second.locked_node is None
+    assert second.state.locked_node is None
     assert lru_view(cache)[0] == before[0] and lru_view(cache)[1] == before[1]
     check_invariants(cache, [])
 

@@ -526,7 +526,9 @@ def test_random_policy_follows_the_config_seed() -> None:
             schedule_policy="random", seed=seed, max_prefill_tokens=256, max_total_tokens=100_000
         )
         result = simulate(cfg.sim_settings(), [to_request(r, 1) for r in records])
-        return [r.rid for r in sorted(result.requests, key=lambda r: r.first_token_time or 0.0)]
+        return [
+            r.rid for r in sorted(result.requests, key=lambda r: r.metrics.first_token_time or 0.0)
+        ]
 
     assert order(1) == order(1)
     assert order(1) != order(2)

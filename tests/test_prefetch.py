@@ -57,7 +57,13 @@ def test_in_a_fresh_process() -> None:
 
 def _state(req: Request) -> tuple[Any, ...]:
     """What a request is when built, scheduler fields included."""
-    return (*request_args(req), req.prompt_len, req.max_match_units, req.status, req.output_len)
+    return (
+        *request_args(req),
+        req.prompt_len,
+        req.state.max_match_units,
+        req.state.status,
+        req.state.output_len,
+    )
 
 
 def _drain(spec: WorkloadSpec, page_size: int, helpers: str, mp: pytest.MonkeyPatch) -> Any:

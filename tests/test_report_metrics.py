@@ -46,7 +46,9 @@ def test_cached_split_adds_up_and_hits_match_requests() -> None:
     for b in res.batches:
         assert b.cached_tokens == b.device_hit_tokens + b.host_hit_tokens + b.carried_prefix_tokens
     hits = sum(b.device_hit_tokens + b.host_hit_tokens for b in res.batches)
-    assert hits == sum(r.device_hit_tokens + r.host_hit_tokens for r in res.requests)
+    assert hits == sum(
+        r.metrics.device_hit_tokens + r.metrics.host_hit_tokens for r in res.requests
+    )
     m = res.summary
     assert m["batch_device_hit_tokens"] + m["batch_host_hit_tokens"] == hits
     assert m["batch_cached_tokens"] == sum(b.cached_tokens for b in res.batches)
@@ -80,7 +82,7 @@ def test_batches_csv_has_the_split(tmp_path) -> None:
 def test_percentiles_std_and_goodput() -> None:
     res = chunked_run(percentiles=(50.0, 99.9), slo_ttft_s=0.5)
     m = res.summary
-    ttft = sorted(r.first_token_time - r.arrival_time for r in res.requests)  # type: ignore[operator]
+    ttft = sorted(r.metrics.first_token_time - r.arrival_time for r in res.requests)  # type: ignore[operator]
     import numpy as np
 
     for q in (50, 90, 95, 99, 99.9):
@@ -106,8 +108,8 @@ def test_goodput_counts_rejected_and_unfinished_as_misses() -> None:
         )
         for i in range(4)
     ]
-    reqs[0].first_scheduled_time, reqs[0].first_token_time = 0.0, 0.5
-    reqs[1].first_scheduled_time, reqs[1].first_token_time = 1.0, 4.0
+    reqs[0].metrics.first_scheduled_time, reqs[0].metrics.first_token_time = 0.0, 0.5
+    reqs[1].metrics.first_scheduled_time, reqs[1].metrics.first_token_time = 1.0, 4.0
     m = latency_metrics(reqs, sim_end_s=10.0, slo_ttft_s=1.0)
     assert m["slo_met_requests"] == 1
     assert m["slo_attainment"] == 0.25
@@ -210,10 +212,10 @@ def test_trace_events_schema_and_tracks(tmp_path) -> None:
     )
     mine = [e for e in xs if e["pid"] == REQUESTS_PID and e["tid"] == r2_tid]
     prefill = next(e for e in mine if e["name"] == "prefill")
-    assert prefill["ts"] == pytest.approx(r2.first_scheduled_time * 1e6)
-    assert prefill["ts"] + prefill["dur"] == pytest.approx(r2.first_token_time * 1e6)
+    assert prefill["ts"] == pytest.approx(r2.metrics.first_scheduled_time * 1e6)
+    assert prefill["ts"] + prefill["dur"] == pytest.approx(r2.metrics.first_token_time * 1e6)
     chunks = [e for e in mine if e["name"].startswith("chunk ")]
-    assert len(chunks) == r2.num_chunks > 1
+    assert len(chunks) == r2.metrics.num_chunks > 1
 
 
 def test_trace_events_colocated_decode_track() -> None:

@@ -110,16 +110,16 @@ def state(s: Scheduler) -> tuple[object, ...]:
 
 def req_state(r: Request) -> tuple[object, ...]:
     return (
-        r.status,
-        r.locked_node,
-        r.owned_start_page,
-        r.owned_end_page,
-        r.prefix_len,
-        r.extend_input_len,
-        r.loaded_tokens,
-        r.device_prefix_len,
-        r.host_hit_len,
-        r.computed_tokens,
+        r.state.status,
+        r.state.locked_node,
+        r.state.owned_start_page,
+        r.state.owned_end_page,
+        r.state.prefix_len,
+        r.state.extend_input_len,
+        r.state.loaded_tokens,
+        r.state.device_prefix_len,
+        r.state.host_hit_len,
+        r.state.computed_tokens,
     )
 
 
@@ -166,18 +166,18 @@ def drive(
             return run
         for r in s.state.waiting:
             seen.setdefault(r.rid, r)
-        defers = {rid: r.affinity_skips for rid, r in seen.items()}
+        defers = {rid: r.state.affinity_skips for rid, r in seen.items()}
         batch = s.schedule(now)
         s.check()
         for rid, r in seen.items():
-            if r.affinity_skips > defers[rid]:
+            if r.state.affinity_skips > defers[rid]:
                 run.first_skip_at.setdefault(rid, step)
         if batch.reqs:
             run.batches.append(batch)
             for r in batch.reqs:
                 run.admitted_at.setdefault(r.rid, step)
             for r in s.forward_done(batch, now):
-                if r.output_len >= r.max_new_tokens:
+                if r.state.output_len >= r.max_new_tokens:
                     s.finish(r, now)
                     run.finished.append(r)
                 else:
@@ -188,10 +188,10 @@ def drive(
             fin, ret = s.decode_step(now)
             s.check()
             assert not {id(r) for r in fin} & {id(r) for r in ret}
-            assert all(r.status is ReqStatus.FINISHED for r in fin)
+            assert all(r.state.status is ReqStatus.FINISHED for r in fin)
             run.finished.extend(fin)
             run.retracted.extend(ret)
-        assert all(r.status is ReqStatus.WAITING for r in s.state.waiting)
+        assert all(r.state.status is ReqStatus.WAITING for r in s.state.waiting)
         arrivals = [r.arrival_time for r in s.state.waiting]
         assert arrivals == sorted(arrivals)
         now += dt
@@ -250,7 +250,10 @@ def test_classification_uses_device_plus_host_match_against_the_floor() -> None:
     assert batch.lead_class is BatchLead.WARM and batch.skips == 3
     assert rids(s.state.waiting) == ["dev60", "host32", "none"]
     split = reqs_of(s, batch)[1]
-    assert (split.device_hit_tokens, split.host_hit_tokens) == (32, 32)  # loaded back
+    assert (split.metrics.device_hit_tokens, split.metrics.host_hit_tokens) == (
+        32,
+        32,
+    )  # loaded back
 
 
 def test_classification_is_redone_from_each_pass_match() -> None:
@@ -270,7 +273,7 @@ def test_classification_is_redone_from_each_pass_match() -> None:
     s.check()
     assert b2.reqs and rids(b2.reqs) == ["c", "w3"]
     assert b2.lead_class is BatchLead.WARM  # c is warm now: 80 cached tokens
-    assert reqs_of(s, b2)[0].device_hit_tokens == 80
+    assert reqs_of(s, b2)[0].metrics.device_hit_tokens == 80
 
 
 # ---------------------------------------------------------------- affinity: a skip touches nothing
@@ -329,7 +332,7 @@ def test_a_skip_touches_no_lock_allocation_or_budget() -> None:
     assert [getattr(ba, k) for k in shape] == [getattr(bb, k) for k in shape]
     assert [req_state(r) for r in skipped] == before
     assert rids(a.state.waiting) == ["c1", "c2", "w3"]  # queue order kept
-    assert [r.affinity_skips for r in skipped] == [1, 1, 1]
+    assert [r.state.affinity_skips for r in skipped] == [1, 1, 1]
     assert a.state.running.keys() == b.state.running.keys()
 
 
@@ -365,7 +368,7 @@ def test_chunked_continuation_leads_as_warm() -> None:
     s.add_request(long)
     b1 = s.schedule(0.0)
     assert b1.reqs and rids(b1.reqs) == ["long"] and b1.lead_class is BatchLead.COLD
-    assert s.state.chunked_req is long and long.extend_input_len == 64
+    assert s.state.chunked_req is long and long.state.extend_input_len == 64
     s.forward_done(b1, 0.0)
     s.check()
     s.add_request(cold("c", 1.0, 2, n=8))
@@ -449,11 +452,11 @@ def test_head_defer_bound_k() -> None:
         s.check()
         assert b.reqs and b.skips == 1 and b.stops == 0 and b.lead_class is BatchLead.WARM
         skips += 1
-        assert c.affinity_skips == skips
+        assert c.state.affinity_skips == skips
         s.forward_done(b, float(p))
         s.add_request(warm(f"w{p + 1}", -0.5 + p * 0.01, 200 + p))  # keep a warm ahead
     b = s.schedule(float(k))
-    assert b.reqs and b.stops == 1 and b.skips == 0 and c.status is ReqStatus.WAITING
+    assert b.reqs and b.stops == 1 and b.skips == 0 and c.state.status is ReqStatus.WAITING
     s.forward_done(b, float(k))
     b = s.schedule(float(k + 1))
     assert b.reqs and b.reqs[0].rid == c.rid and b.lead_class is BatchLead.COLD
@@ -545,8 +548,8 @@ def test_starvation_bounded_by_head_defers(policy: str) -> None:
     assert len(colds) == 12
     skipped = 0
     for rid, c in colds.items():
-        assert c.status is ReqStatus.FINISHED and c.output_len == c.max_new_tokens
-        assert c.affinity_skips <= k  # never skipped in more than K passes
+        assert c.state.status is ReqStatus.FINISHED and c.state.output_len == c.max_new_tokens
+        assert c.state.affinity_skips <= k  # never skipped in more than K passes
         if rid in run.first_skip_at:
             skipped += 1
             # K skips, the stopping pass, then it leads: admitted within K + 1 passes
@@ -557,7 +560,7 @@ def test_starvation_bounded_by_head_defers(policy: str) -> None:
         # leading a cold batch it takes the other cold of its step along.
         groups = {c.arrival_time for c in colds.values()}
         assert s.state.stats.affinity_stops == len(groups) == 8
-        assert all(c.affinity_skips == k for c in colds.values())
+        assert all(c.state.affinity_skips == k for c in colds.values())
         assert all(run.admitted_at[r] - run.first_skip_at[r] == k + 1 for r in colds)
     assert s.state.stats.affinity_skips == sum(b.skips for b in run.batches)
     assert s.state.stats.affinity_stops == sum(b.stops for b in run.batches)
@@ -570,9 +573,9 @@ def test_starvation_bounded_by_age(policy: str) -> None:
     s, run, colds = _starvation_run(policy, k=10**6, t=t, dt=dt)
     waits: list[float] = []
     for rid, c in colds.items():
-        assert c.status is ReqStatus.FINISHED
-        assert c.first_scheduled_time is not None
-        wait = c.first_scheduled_time - c.arrival_time
+        assert c.state.status is ReqStatus.FINISHED
+        assert c.metrics.first_scheduled_time is not None
+        wait = c.metrics.first_scheduled_time - c.arrival_time
         # skipped while younger than T; the pass that sees age >= T stops, and the
         # next pass admits it
         assert wait < t + 2 * dt
@@ -586,7 +589,7 @@ def test_starvation_bounded_by_age(policy: str) -> None:
         # so a cold T old is moved to the front and leads its batch (no stop needed)
         st = s.state.stats
         assert st.affinity_stops_w == st.affinity_stops_k == 0 and max(waits) >= t
-        assert all(c.affinity_skips > 1 for c in colds.values() if c.rid in run.first_skip_at)
+        assert all(c.state.affinity_skips > 1 for c in colds.values() if c.rid in run.first_skip_at)
     assert_all_released(s)
 
 
@@ -618,7 +621,7 @@ def test_lpm_promoted_request_keeps_the_lead_until_admitted() -> None:
     s.finish(reqs_of(s, b)[0], 2.0)
     s.check()
     now = 3.0
-    while hog.status is ReqStatus.DECODING:  # 49 decode steps
+    while hog.state.status is ReqStatus.DECODING:  # 49 decode steps
         if now < 6.0:
             s.add_request(warm(f"x{now:g}", now, int(now)))  # small warm arrivals: fit
         b = s.schedule(now)
@@ -693,12 +696,16 @@ def test_slot_limit_preemption_threshold(high: int, low_first: bool, preempts: b
         assert rids(s.state.decoding) == ["l1", "l2"] and rids(s.state.waiting) == ["h"]
         return
     assert b.reqs and rids(b.reqs) == ["h"] and b.preempted == (l2.rid,)  # newest first
-    assert s.state.stats.preemptions == 1 and l2.preemptions == 1
-    assert l2.status is ReqStatus.WAITING and rids(s.state.waiting) == ["l2"]
-    assert (l2.owned_start_page, l2.owned_end_page, l2.locked_node) == (0, 0, None)
+    assert s.state.stats.preemptions == 1 and l2.metrics.preemptions == 1
+    assert l2.state.status is ReqStatus.WAITING and rids(s.state.waiting) == ["l2"]
+    assert (l2.state.owned_start_page, l2.state.owned_end_page, l2.state.locked_node) == (
+        0,
+        0,
+        None,
+    )
     # The output is kept (upstream keeps output_ids): the re-prefill covers it too.
-    assert l2.computed_tokens == 0 and l2.output_len > 0
-    assert l2.input_len == l2.prompt_len + l2.output_len and l2.retractions == 0
+    assert l2.state.computed_tokens == 0 and l2.state.output_len > 0
+    assert l2.state.input_len == l2.prompt_len + l2.state.output_len and l2.metrics.retractions == 0
     assert rids(s.state.decoding) == ["l1"] and set(s.state.running) == {"l1", "h"}
 
 
@@ -752,9 +759,13 @@ def test_no_token_preempts_with_the_switch_on() -> None:
     assert b.preempted == (l2.rid,) and s.state.stats.preemptions == 1
     assert rids(s.state.decoding) == ["l1"] and rids(s.state.waiting) == ["l2"]
     # l2's KV is released: no owned pages, no lock; its cached prompt is evictable
-    assert (l2.owned_start_page, l2.owned_end_page, l2.locked_node) == (0, 0, None)
-    assert l2.status is ReqStatus.WAITING and l2.preemptions == 1
-    assert s.state.cache.match(l2.keys, l2.max_match_units).node.lock_ref == 0
+    assert (l2.state.owned_start_page, l2.state.owned_end_page, l2.state.locked_node) == (
+        0,
+        0,
+        None,
+    )
+    assert l2.state.status is ReqStatus.WAITING and l2.metrics.preemptions == 1
+    assert s.state.cache.match(l2.keys, l2.state.max_match_units).node.lock_ref == 0
 
 
 def test_no_token_threshold_boundary() -> None:
@@ -785,18 +796,18 @@ def test_no_token_preemption_takes_enough_victims_for_the_whole_need() -> None:
     assert b.reqs and rids(b.reqs) == ["h"]
     assert list(b.preempted) == ["l3", "l2"]
     waiting = {r.rid: r for r in s.state.waiting}
-    assert all(waiting[rid].status is ReqStatus.WAITING for rid in b.preempted)
+    assert all(waiting[rid].state.status is ReqStatus.WAITING for rid in b.preempted)
     assert rids(s.state.decoding) == ["l0", "l1"]
 
 
 def test_preemption_frees_memory_and_the_preempted_request_completes() -> None:
     s, (l1, l2), h = _memory_bound(on=True)
     run = drive(s, now=2.0, dt=0.1)
-    assert s.state.stats.preemptions == 1 and l2.preemptions == 1
+    assert s.state.stats.preemptions == 1 and l2.metrics.preemptions == 1
     for r in (l1, l2, h):
-        assert r.status is ReqStatus.FINISHED and r.output_len == r.max_new_tokens
-    assert h.finish_time is not None and l2.finish_time is not None
-    assert h.first_token_time is not None and l2.first_token_time is not None
+        assert r.state.status is ReqStatus.FINISHED and r.state.output_len == r.max_new_tokens
+    assert h.metrics.finish_time is not None and l2.metrics.finish_time is not None
+    assert h.metrics.first_token_time is not None and l2.metrics.first_token_time is not None
     assert run.admitted_at["h"] == 0 and run.admitted_at["l2"] > 0  # l2 re-admitted later
     assert {r.rid for r in run.finished} == {"l1", "l2", "h"}
     assert_all_released(s)
@@ -829,7 +840,7 @@ def test_slot_preemption_loop_completes_everything() -> None:
     run = drive(s, dt=0.1, feed=feed, feed_steps=60)
     assert s.state.stats.preemptions > 0
     for r in reqs:
-        assert r.status is ReqStatus.FINISHED and r.output_len == r.max_new_tokens
+        assert r.state.status is ReqStatus.FINISHED and r.state.output_len == r.max_new_tokens
     assert len(run.finished) == len(reqs)
     assert_all_released(s)
 
@@ -842,17 +853,17 @@ def test_decode_grows_and_finishes() -> None:
     b = s.schedule(0.0)
     assert b.reqs
     (done,) = s.forward_done(b, 0.0)
-    assert done is r and r.output_len == 1 and r.first_token_time == 0.0
+    assert done is r and r.state.output_len == 1 and r.metrics.first_token_time == 0.0
     s.start_decode(r)
-    assert r.owned_end_page == 2
+    assert r.state.owned_end_page == 2
     fin, ret = s.decode_step(1.0)  # feeds output token 1: 8 tokens fit 2 pages
     s.check()
-    assert (fin, ret, r.output_len, r.owned_end_page) == ([], [], 2, 2)
+    assert (fin, ret, r.state.output_len, r.state.owned_end_page) == ([], [], 2, 2)
     fin, ret = s.decode_step(2.0)  # feeds token 2: the 9th token takes page 3
     s.check()
-    assert (fin, ret, r.output_len, r.owned_end_page) == ([], [], 3, 3)
+    assert (fin, ret, r.state.output_len, r.state.owned_end_page) == ([], [], 3, 3)
     fin, _ = s.decode_step(3.0)
-    assert fin == [r] and r.status is ReqStatus.FINISHED and r.finish_time == 3.0
+    assert fin == [r] and r.state.status is ReqStatus.FINISHED and r.metrics.finish_time == 3.0
     assert s.state.decoding == [] and not s.state.running
     assert s.state.new_token_ratio == s.state.init_new_token_ratio  # reset when idle
     assert_all_released(s)
@@ -868,13 +879,13 @@ def test_decode_page_size_one_takes_one_slot_per_fed_token() -> None:
     assert b.reqs
     s.forward_done(b, 0.0)
     s.start_decode(r)
-    assert (r.output_len, r.owned_end_page) == (1, 10)
+    assert (r.state.output_len, r.state.owned_end_page) == (1, 10)
     for k in range(1, 6):
         fin, ret = s.decode_step(float(k))
         s.check()
-        assert ret == [] and r.output_len == k + 1
-        if r.status is ReqStatus.DECODING:
-            assert r.owned_end_page == 10 + k  # prompt + output tokens 1..k
+        assert ret == [] and r.state.output_len == k + 1
+        if r.state.status is ReqStatus.DECODING:
+            assert r.state.owned_end_page == 10 + k  # prompt + output tokens 1..k
     assert fin == [r] and s.state.stats.retractions == 0
     assert_all_released(s)
 
@@ -917,7 +928,7 @@ def _two_decoding_tight(a_out: int, b_out: int) -> tuple[Scheduler, Request, Req
         fin, ret = s.decode_step(1.0 + k)
         s.check()
         assert (fin, ret) == ([], [])
-    assert (a.owned_end_page, b.owned_end_page, s.state.pool.free_pages) == (12, 11, 0)
+    assert (a.state.owned_end_page, b.state.owned_end_page, s.state.pool.free_pages) == (12, 11, 0)
     return s, a, b
 
 
@@ -926,19 +937,24 @@ def test_retraction_takes_the_newest_never_an_older_request() -> None:
     fin, ret = s.decode_step(17.0)  # b is short of a page and is the newest: b goes
     s.check()
     assert (fin, ret) == ([], [b])
-    assert a.status is ReqStatus.DECODING and a.output_len == 17
-    assert b.status is ReqStatus.WAITING and rids(s.state.waiting) == ["b"]
-    assert (b.retractions, b.preemptions) == (1, 0)
+    assert a.state.status is ReqStatus.DECODING and a.state.output_len == 17
+    assert b.state.status is ReqStatus.WAITING and rids(s.state.waiting) == ["b"]
+    assert (b.metrics.retractions, b.metrics.preemptions) == (1, 0)
     # The output is kept (upstream keeps output_ids): the re-prefill covers it too.
-    assert (b.owned_start_page, b.owned_end_page, b.output_len, b.locked_node) == (0, 0, 16, None)
-    assert b.input_len == b.prompt_len + 16
+    assert (
+        b.state.owned_start_page,
+        b.state.owned_end_page,
+        b.state.output_len,
+        b.state.locked_node,
+    ) == (0, 0, 16, None)
+    assert b.state.input_len == b.prompt_len + 16
     assert s.state.stats.retractions == 1 and rids(s.state.decoding) == ["a"]
     assert s.state.new_token_ratio == pytest.approx(min(1.0, (17 + 20) / (20 + 1)))
     run = drive(s, now=18.0)
-    assert a.status is b.status is ReqStatus.FINISHED
-    assert a.output_len == 20 and b.output_len == 20
+    assert a.state.status is b.state.status is ReqStatus.FINISHED
+    assert a.state.output_len == 20 and b.state.output_len == 20
     # b (29 + 20 + 4 tokens) fits again only once a finishes (3 more steps)
-    assert run.admitted_at["b"] == 3 and a.finish_time == 20.0
+    assert run.admitted_at["b"] == 3 and a.metrics.finish_time == 20.0
     assert_all_released(s)
 
 
@@ -947,11 +963,14 @@ def test_a_request_finishing_this_step_frees_its_pages_for_the_rest() -> None:
     fin, ret = s.decode_step(17.0)  # a finishes first; b takes a's freed page
     s.check()
     assert (fin, ret) == ([a], [])
-    assert a.status is ReqStatus.FINISHED and a.output_len == 17
-    assert b.status is ReqStatus.DECODING and (b.output_len, b.owned_end_page) == (17, 12)
+    assert a.state.status is ReqStatus.FINISHED and a.state.output_len == 17
+    assert b.state.status is ReqStatus.DECODING and (
+        b.state.output_len,
+        b.state.owned_end_page,
+    ) == (17, 12)
     assert s.state.stats.retractions == 0
     drive(s, now=18.0)
-    assert b.status is ReqStatus.FINISHED and b.output_len == 20
+    assert b.state.status is ReqStatus.FINISHED and b.state.output_len == 20
     assert_all_released(s)
 
 
@@ -968,7 +987,9 @@ def test_random_decode_pressure_finishes_everything() -> None:
             assert s.add_request(r) is None
         drive(s, dt=0.1)  # asserts finished and retracted are disjoint every step
         for r in reqs:
-            assert r.status is ReqStatus.FINISHED and r.output_len == max(1, r.max_new_tokens)
+            assert r.state.status is ReqStatus.FINISHED and r.state.output_len == max(
+                1, r.max_new_tokens
+            )
         assert_all_released(s)
 
 
@@ -981,7 +1002,7 @@ def test_decode_step_does_not_overrun_max_new_tokens() -> None:
     s.forward_done(b, 0.0)
     s.start_decode(r)  # an engine that decodes a request already at max_new_tokens
     fin, _ = s.decode_step(1.0)
-    assert fin == [r] and r.output_len == 1
+    assert fin == [r] and r.state.output_len == 1
     assert_all_released(s)
 
 
@@ -1020,7 +1041,7 @@ def test_never_fitting_requests_are_rejected_with_a_reason() -> None:
     too_long = mk("long", seq(1, 200), 0.0, out=8)
     reason = s.add_request(too_long)
     assert reason is not None and "KV pages" in reason
-    assert too_long.status is ReqStatus.REJECTED and too_long.reject_reason == reason
+    assert too_long.state.status is ReqStatus.REJECTED and too_long.metrics.reject_reason == reason
     # prompt + reserved output + one page must stay below the pool: 100 + 24 + 4 = 128
     edge = mk("edge", seq(2, 100), 0.0, out=24)
     reason = s.add_request(edge)
@@ -1029,7 +1050,7 @@ def test_never_fitting_requests_are_rejected_with_a_reason() -> None:
     assert s.add_request(ok) is None
     assert s.state.stats.rejected == 2 and rids(s.state.waiting) == ["ok"]
     run = drive(s)
-    assert ok.status is ReqStatus.FINISHED and run.finished == [ok]
+    assert ok.state.status is ReqStatus.FINISHED and run.finished == [ok]
     assert_all_released(s)
 
 
@@ -1052,8 +1073,8 @@ def test_release_after_prefill_frees_everything_pd_prefill() -> None:
             s.finish(r, now + 0.5)
             s.check()
         now += 1.0
-    assert all(r.status is ReqStatus.FINISHED for r in reqs)
-    assert all(r.num_chunks == (3 if r.rid.startswith("c") else 1) for r in reqs)
+    assert all(r.state.status is ReqStatus.FINISHED for r in reqs)
+    assert all(r.metrics.num_chunks == (3 if r.rid.startswith("c") else 1) for r in reqs)
     assert_all_released(s)
 
 
@@ -1086,7 +1107,7 @@ def test_random_mixed_workload_with_affinity_and_chunking() -> None:
             return out
 
         run = drive(s, dt=0.2, feed=feed, feed_steps=50)
-        assert all(r.status is ReqStatus.FINISHED for r in reqs), seed
+        assert all(r.state.status is ReqStatus.FINISHED for r in reqs), seed
         assert len({id(r) for r in run.finished}) == len(reqs)
         assert s.state.stats.affinity_skips == sum(b.skips for b in run.batches)
         assert_all_released(s)
@@ -1214,7 +1235,11 @@ def test_preemption_only_when_victims_free_enough_for_the_memory_test() -> None:
     reason = batch.stop_reason
     s.check()
     assert batch.empty and reason is CloseReason.MAX_RUNNING_REQUESTS
-    assert s.state.stats.preemptions == 0 and lo.status is ReqStatus.DECODING and lo.output_len == 2
+    assert (
+        s.state.stats.preemptions == 0
+        and lo.state.status is ReqStatus.DECODING
+        and lo.state.output_len == 2
+    )
     # With room for h once lo is gone (a larger pool), lo is preempted and h admitted.
     s = make_sched(pages=140, enable_priority_scheduling=True, max_running_requests=2)
     hi = mk("hi", seq(1, 200), 0.0, out=100, prio=100)
@@ -1250,15 +1275,15 @@ def _lockstep_workload(seed: int) -> list[tuple[int, str, list[int], int, int]]:
 def _req_view(r: Request) -> tuple[object, ...]:
     return (
         r.rid,
-        r.status,
-        r.owned_start_page,
-        r.owned_end_page,
-        r.prefix_len,
-        r.extend_input_len,
-        r.output_len,
-        r.affinity_skips,
-        r.first_token_time,
-        r.finish_time,
+        r.state.status,
+        r.state.owned_start_page,
+        r.state.owned_end_page,
+        r.state.prefix_len,
+        r.state.extend_input_len,
+        r.state.output_len,
+        r.state.affinity_skips,
+        r.metrics.first_token_time,
+        r.metrics.finish_time,
     )
 
 
@@ -1292,7 +1317,7 @@ def _lockstep(kw: dict[str, object], seed: int, *, pages: int = 160) -> tuple[in
             s.check()
             if batch.reqs:
                 for r in s.forward_done(batch, now):
-                    if r.output_len >= r.max_new_tokens:
+                    if r.state.output_len >= r.max_new_tokens:
                         s.finish(r, now)
                     else:
                         s.start_decode(r)
@@ -1317,7 +1342,7 @@ def _lockstep(kw: dict[str, object], seed: int, *, pages: int = 160) -> tuple[in
         now += 0.25
         if step > 40 and not any(s.has_work or decoding(s) for s in scheds):
             break
-    assert all(r.status is ReqStatus.FINISHED for r in reqs[0].values())
+    assert all(r.state.status is ReqStatus.FINISHED for r in reqs[0].values())
     assert scheds[1].state.idle_passes_skipped == 0
     return scheds[0].state.idle_passes_skipped, log
 
@@ -1385,7 +1410,7 @@ def test_fcfs_scan_of_the_queue_equals_the_copied_order(affinity: bool) -> None:
             log.append((dict(stats.empty_passes), stats.passes, rids(s.state.waiting)))
             if batch.reqs:
                 for r in s.forward_done(batch, now):
-                    if r.output_len >= r.max_new_tokens:
+                    if r.state.output_len >= r.max_new_tokens:
                         s.finish(r, now)
                     else:
                         s.start_decode(r)

@@ -71,7 +71,7 @@ def replay(
         step = sched.schedule(t)
         for r in sched.forward_done(step, t):
             if colocated:
-                if r.output_len >= r.max_new_tokens:
+                if r.state.output_len >= r.max_new_tokens:
                     sched.finish(r, t)
                 else:
                     sched.start_decode(r)
@@ -81,7 +81,7 @@ def replay(
             sched.decode_step(t)
         if not colocated:
             for r in list(sched.state.running.values()):
-                if r.status is ReqStatus.TRANSFERRING and rng.random() < 0.4:
+                if r.state.status is ReqStatus.TRANSFERRING and rng.random() < 0.4:
                     sched.finish(r, t)
         sched.check()
     assert not sched.has_work
@@ -114,7 +114,7 @@ def seeded_copy(
     assert len(running) == len(a.state.running)
     for r in running:
         seed_running_request(
-            b, by_rid[r.rid].make(), output_len=r.output_len, status=r.status, now=0.5
+            b, by_rid[r.rid].make(), output_len=r.state.output_len, status=r.state.status, now=0.5
         )
     seed_new_token_ratio(b, a.state.new_token_ratio)
     return b
@@ -132,7 +132,13 @@ def state(s: Scheduler) -> tuple[object, ...]:
         cache.evictable_lanes,
         set(cache.index),
         {
-            rid: (r.status, r.owned_start_page, r.owned_end_page, r.output_len, r.computed_tokens)
+            rid: (
+                r.state.status,
+                r.state.owned_start_page,
+                r.state.owned_end_page,
+                r.state.output_len,
+                r.state.computed_tokens,
+            )
             for rid, r in st.running.items()
         },
         [r.rid for r in st.decoding],
@@ -227,17 +233,17 @@ def test_seeding_mutations_and_invariants() -> None:
     assert s.state.cache.evictable_pages == 3
     seed_running_request(s, req, output_len=4, now=2.0)
     s.check()
-    assert req.status is ReqStatus.DECODING and s.state.decoding == [req]
+    assert req.state.status is ReqStatus.DECODING and s.state.decoding == [req]
     assert s.state.running == {"x": req}
     # prompt 21 + 3 decoded tokens in the KV: 6 pages, 5 cached (locked), 1 owned
-    assert (req.owned_start_page, req.owned_end_page) == (5, 6)
+    assert (req.state.owned_start_page, req.state.owned_end_page) == (5, 6)
     assert s.state.cache.protected_pages == 5 and s.state.cache.evictable_pages == 0
-    assert req.first_token_time == 2.0 and req.computed_tokens == 21
+    assert req.metrics.first_token_time == 2.0 and req.state.computed_tokens == 21
     # the seeded request decodes and finishes like any other
     for _ in range(3):
         s.decode_step(3.0)
         s.check()
-    assert req.status is ReqStatus.FINISHED and not s.state.running
+    assert req.state.status is ReqStatus.FINISHED and not s.state.running
     assert s.state.cache.evictable_pages == 5 and s.state.pool.owned == [0]
 
 
@@ -257,7 +263,7 @@ def test_seeding_past_the_pool_raises_one_line_and_changes_nothing() -> None:
     with pytest.raises(ValueError, match="free KV pages") as exc:
         seed_running_request(s, run, output_len=3)
     assert "\n" not in str(exc.value)
-    assert state(s) == before and run.status is ReqStatus.WAITING
+    assert state(s) == before and run.state.status is ReqStatus.WAITING
     s.check()
 
 

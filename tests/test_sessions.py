@@ -151,9 +151,9 @@ def test_generated_sessions_replay_closed_loop_by_default(gen: dict[str, Any]) -
     assert summary["sessions"] == 12 and summary["later_turns"] == len(reqs) - 12
     step = engine.cost.decode_step_time
     for prev, nxt, st in _turns(reqs):
-        assert prev.first_token_time is not None
-        ctx = prev.input_len + prev.max_new_tokens // 2
-        answer = prev.first_token_time + (prev.max_new_tokens - 1) * step(1, ctx)
+        assert prev.metrics.first_token_time is not None
+        ctx = prev.state.input_len + prev.max_new_tokens // 2
+        answer = prev.metrics.first_token_time + (prev.max_new_tokens - 1) * step(1, ctx)
         assert nxt.arrival_time == pytest.approx(answer + st.think_s, abs=1e-9)
     assert summary["requests"] == len(reqs) and summary["completed"] == len(reqs)
 
@@ -167,8 +167,8 @@ def test_open_loop_keeps_the_schedule_and_counts_early_turns() -> None:
     early = sum(
         1
         for prev, nxt, _ in _turns(reqs)
-        if prev.first_token_time is None
-        or prev.first_token_time > nxt.arrival_time  # answered at or after the first token
+        if prev.metrics.first_token_time is None
+        or prev.metrics.first_token_time > nxt.arrival_time  # answered at or after the first token
     )
     assert summary["early_turns"] >= early > 0
 
@@ -176,8 +176,8 @@ def test_open_loop_keeps_the_schedule_and_counts_early_turns() -> None:
 def test_a_stated_decode_rate_times_the_answer() -> None:
     _, summary, reqs = _run(session_decode_tokens_per_s=40.0)
     for prev, nxt, st in _turns(reqs):
-        assert prev.first_token_time is not None
-        answer = prev.first_token_time + (prev.max_new_tokens - 1) / 40.0
+        assert prev.metrics.first_token_time is not None
+        answer = prev.metrics.first_token_time + (prev.max_new_tokens - 1) / 40.0
         assert nxt.arrival_time == pytest.approx(answer + st.think_s, abs=1e-9)
     assert "40 tokens/s" in summary["session_answer"]
 
@@ -186,8 +186,8 @@ def test_colocated_sessions_answer_at_the_simulated_finish() -> None:
     _, summary, reqs = _run(mode="colocated", model="llama-3.1-8b")
     assert summary["session_answer"] == "simulated decode finish"
     for prev, nxt, st in _turns(reqs):
-        assert prev.finish_time is not None
-        assert nxt.arrival_time == pytest.approx(prev.finish_time + st.think_s, abs=1e-9)
+        assert prev.metrics.finish_time is not None
+        assert nxt.arrival_time == pytest.approx(prev.metrics.finish_time + st.think_s, abs=1e-9)
 
 
 def test_closed_loop_streaming_equals_the_list_run_and_is_deterministic() -> None:

@@ -56,8 +56,8 @@ def _first_token(arrival: float) -> float:
 
 def _req(rid: str, arrival: float, first_token: float | None) -> Request:
     req = Request(rid, arrival, input_len=100, max_new_tokens=1, keys=[], key_tokens=1)
-    req.first_token_time = first_token
-    req.status = ReqStatus.FINISHED if first_token is not None else ReqStatus.WAITING
+    req.metrics.first_token_time = first_token
+    req.state.status = ReqStatus.FINISHED if first_token is not None else ReqStatus.WAITING
     return req
 
 
@@ -135,7 +135,7 @@ def test_last_window_ends_with_the_simulation() -> None:
 
 def test_rejected_requests_leave_the_backlog() -> None:
     reqs = [_req("a", 0.0, 1.0), _req("b", 0.5, None), _req("c", 2.0, 3.0)]
-    reqs[1].status = ReqStatus.REJECTED
+    reqs[1].state.status = ReqStatus.REJECTED
     busy = (np.array([0.0]), np.array([3.0]))
     m = steady_metrics(reqs, busy, {}, window_s=10.0, sim_end_s=4.0)
     (w,) = m["windows"]
@@ -385,9 +385,9 @@ def test_custom_breakdown_terms_become_columns(tmp_path: Path) -> None:
 def test_batch_trace_inverts_to_batch_ids() -> None:
     trace = BatchTrace(("x", "total"))
     a, b, c = (_req(n, 0.0, None) for n in "abc")
-    a.device_hit_tokens, b.host_hit_tokens = 100, 10
+    a.metrics.device_hit_tokens, b.metrics.host_hit_tokens = 100, 10
     trace.record([a, b], {"x": 1.0, "total": 1.0})
-    a.device_hit_tokens = 0  # a later admission must not change a's class
+    a.metrics.device_hit_tokens = 0  # a later admission must not change a's class
     trace.record([c, a], {"x": 2.0, "total": 2.0})
     assert trace.batch_ids() == {"a": [0, 1], "b": [0], "c": [1]}
     assert trace.batch_rids(1) == ["c", "a"]

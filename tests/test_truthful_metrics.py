@@ -51,12 +51,12 @@ def _first_prefills(res: SimResult) -> dict[str, float]:
 def test_first_token_time_never_moves_under_retraction(example: SimResult) -> None:
     res = example
     assert res.summary["retractions"] > 0  # the example does retract
-    assert all(r.status is ReqStatus.FINISHED for r in res.requests)
-    assert any(r.retractions for r in res.requests)
+    assert all(r.state.status is ReqStatus.FINISHED for r in res.requests)
+    assert any(r.metrics.retractions for r in res.requests)
     first = _first_prefills(res)
     for r in res.requests:
-        assert r.first_token_time == pytest.approx(first[r.rid])
-        assert r.first_token_time is not None and r.first_token_time < 0.5
+        assert r.metrics.first_token_time == pytest.approx(first[r.rid])
+        assert r.metrics.first_token_time is not None and r.metrics.first_token_time < 0.5
     assert res.summary["ttft_max_s"] < 0.5  # today: several seconds
 
 
@@ -67,7 +67,7 @@ def test_queueing_is_measured_to_the_first_scheduling(example: SimResult) -> Non
         for rid in res.trace.batch_rids(b.batch_id):
             starts.setdefault(rid, b.start_s)
     for r in res.requests:
-        assert r.first_scheduled_time == pytest.approx(starts[r.rid])
+        assert r.metrics.first_scheduled_time == pytest.approx(starts[r.rid])
         row = request_row(r)
         assert row["queueing_s"] == pytest.approx(starts[r.rid] - r.arrival_time)
         assert row["queueing_s"] <= row["ttft_s"]
@@ -78,29 +78,36 @@ def test_retraction_keeps_the_generated_output(example: SimResult) -> None:
     # Kept output: every requeued request's re-prefill covers its prompt plus the output
     # it had, so it recomputes more than its prompt.
     for r in res.requests:
-        assert r.output_len == r.max_new_tokens
-        assert r.input_len == r.prompt_len == 200
-        if r.retractions:
-            assert r.requeue_recomputed_tokens > r.retractions * r.prompt_len
+        assert r.state.output_len == r.max_new_tokens
+        assert r.state.input_len == r.prompt_len == 200
+        if r.metrics.retractions:
+            assert r.metrics.requeue_recomputed_tokens > r.metrics.retractions * r.prompt_len
 
 
 def test_requeue_keeps_the_output_and_refills_prompt_plus_output() -> None:
     r = Request(rid="a", arrival_time=0.0, input_len=40, max_new_tokens=10, keys=[], key_tokens=1)
-    r.status, r.computed_tokens, r.output_len = ReqStatus.DECODING, 40, 6
+    r.state.status, r.state.computed_tokens, r.state.output_len = ReqStatus.DECODING, 40, 6
     r.reset_for_requeue(3.0)
-    assert (r.status, r.output_len, r.computed_tokens) == (ReqStatus.WAITING, 6, 0)
-    assert (r.input_len, r.prompt_len, r.requeued_time) == (46, 40, 3.0)
+    assert (r.state.status, r.state.output_len, r.state.computed_tokens) == (
+        ReqStatus.WAITING,
+        6,
+        0,
+    )
+    assert (r.state.input_len, r.prompt_len, r.metrics.requeued_time) == (46, 40, 3.0)
 
 
 def test_retractions_and_preemptions_are_counted_per_request(example: SimResult) -> None:
     res = example
-    assert sum(r.retractions for r in res.requests) == res.summary["retractions"]
-    assert sum(r.preemptions for r in res.requests) == res.summary["preemptions"] == 0
+    assert sum(r.metrics.retractions for r in res.requests) == res.summary["retractions"]
+    assert sum(r.metrics.preemptions for r in res.requests) == res.summary["preemptions"] == 0
     for r in res.requests:
         row = request_row(r)
-        assert row["retractions"] == r.retractions and row["preemptions"] == r.preemptions
-        assert row["requeue_recomputed_tokens"] == r.requeue_recomputed_tokens
-        assert (row["requeue_recomputed_tokens"] > 0) == (r.retractions > 0)
+        assert (
+            row["retractions"] == r.metrics.retractions
+            and row["preemptions"] == r.metrics.preemptions
+        )
+        assert row["requeue_recomputed_tokens"] == r.metrics.requeue_recomputed_tokens
+        assert (row["requeue_recomputed_tokens"] > 0) == (r.metrics.retractions > 0)
         assert row["input_len"] == 200 and row["recomputed_tokens"] == 200
 
 
@@ -110,10 +117,10 @@ def test_time_lost_to_requeues_is_a_separate_column(example: SimResult) -> None:
         assert col in REQUEST_COLUMNS
     for r in res.requests:
         row = request_row(r)
-        assert (row["requeue_lost_s"] > 0) == (r.retractions > 0)
-        assert r.requeued_time is None  # every requeue's re-prefill completed
-        assert r.finish_time is not None
-        assert row["requeue_lost_s"] < r.finish_time - r.arrival_time
+        assert (row["requeue_lost_s"] > 0) == (r.metrics.retractions > 0)
+        assert r.metrics.requeued_time is None  # every requeue's re-prefill completed
+        assert r.metrics.finish_time is not None
+        assert row["requeue_lost_s"] < r.metrics.finish_time - r.arrival_time
         assert row["ttft_s"] < 0.5  # the lost time is not in TTFT
 
 
@@ -121,11 +128,11 @@ def test_every_request_column_names_its_own_value() -> None:
     """request_row's values are positional (request_values): each column must carry the
     field it names (distinct values everywhere, so a swap shows)."""
     r = Request("r7", 1.0, 100, 9, [], 1, priority=3)
-    r.first_scheduled_time, r.first_token_time = 1.5, 3.0
-    r.num_chunks, r.device_hit_tokens, r.host_hit_tokens = 2, 40, 20
-    r.status, r.reject_reason = ReqStatus.FINISHED, "why"
-    r.preemptions, r.retractions, r.requeue_recomputed_tokens = 4, 5, 6
-    r.requeue_lost_s, r.affinity_skips = 0.25, 8
+    r.metrics.first_scheduled_time, r.metrics.first_token_time = 1.5, 3.0
+    r.metrics.num_chunks, r.metrics.device_hit_tokens, r.metrics.host_hit_tokens = 2, 40, 20
+    r.state.status, r.metrics.reject_reason = ReqStatus.FINISHED, "why"
+    r.metrics.preemptions, r.metrics.retractions, r.metrics.requeue_recomputed_tokens = 4, 5, 6
+    r.metrics.requeue_lost_s, r.state.affinity_skips = 0.25, 8
     assert request_row(r, [10, 11], "warm") == {
         "rid": "r7",
         "arrival_s": 1.0,

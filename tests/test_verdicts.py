@@ -149,8 +149,8 @@ def _synthetic(busy: float, first_token: Any) -> dict[str, Any]:
     reqs = []
     for k in range(60):
         req = Request(f"r{k}", float(k), input_len=100, max_new_tokens=1, keys=[], key_tokens=1)
-        req.first_token_time = first_token(k)
-        req.status = ReqStatus.FINISHED
+        req.metrics.first_token_time = first_token(k)
+        req.state.status = ReqStatus.FINISHED
         reqs.append(req)
     end = max(float(first_token(k)) for k in range(60))
     starts = np.arange(0.0, end, 10.0)

@@ -217,8 +217,8 @@ def _cold_max_wait(policy: str, **kw: object) -> float:
     waits = []
     for r in res.requests:
         if r.rid.startswith("c"):
-            assert r.first_scheduled_time is not None
-            waits.append(r.first_scheduled_time - r.arrival_time)
+            assert r.metrics.first_scheduled_time is not None
+            waits.append(r.metrics.first_scheduled_time - r.arrival_time)
     assert len(waits) == 8
     return max(waits)
 

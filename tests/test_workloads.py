@@ -173,7 +173,7 @@ def test_mooncake_load_workload() -> None:
     assert wl.skipped_rows == []
     assert wl.info["source"].startswith("mooncake:")
     first = wl.requests[0]
-    assert first.key_tokens == 512 and first.input_len == 6758
+    assert first.key_tokens == 512 and first.state.input_len == 6758
     assert len(first.keys) == 6758 // 512  # complete units only
     assert first.max_new_tokens == 500
     assert detect_format(MOONCAKE) == "mooncake"
@@ -309,7 +309,7 @@ def test_to_request_variants() -> None:
     blk = TraceRecord("b", 0.0, 1100, 1, (0, 1, 2), 512, None)
     assert to_request(blk, 16).keys == block_key_chain([0, 1], 1024, 512, 512)
     plain = to_request(TraceRecord("p", 0.0, 100, 1, None, None, None), 16)
-    assert plain.keys == [] and plain.key_tokens == 16 and plain.input_len == 100
+    assert plain.keys == [] and plain.key_tokens == 16 and plain.state.input_len == 100
     with pytest.raises(ValueError):
         TraceRecord("x", 0.0, 3, 1, (1,), 16, (1, 2, 3))
 

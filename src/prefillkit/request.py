@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -155,90 +154,150 @@ def _head_extra(head: int | None) -> dict[str, object]:
     return {} if head is None else {IN_BATCH_HEAD: head}
 
 
-@dataclass(slots=True, eq=False, init=False)
-class Request:
-    """One prefill request plus its per-pass admission state.
+class ReqState:
+    """The scheduler's state of one request (sched/ writes it; others only read it).
 
     Lengths are in tokens unless the name says pages or units.
     """
 
-    rid: str
-    arrival_time: float
-    # Tokens to prefill: the prompt, plus the kept output after a retraction or
-    # preemption (upstream refills origin_input_ids + output_ids). ``prompt_len`` is
-    # the prompt alone.
-    input_len: int
-    max_new_tokens: int
-    keys: list[int]
-    key_tokens: int
-    priority: int = 0
-    ignore_eos: bool = False
+    __slots__ = (
+        "affinity_skips",
+        "computed_tokens",
+        "device_prefix_len",
+        "extend_input_len",
+        "host_hit_len",
+        "input_len",
+        "loaded_tokens",
+        "locked_node",
+        "match_hint",
+        "match_node",
+        "max_match_units",
+        "output_len",
+        "owned_end_page",
+        "owned_pages",
+        "owned_start_page",
+        "pending_pages",
+        "prefix_len",
+        "status",
+    )
 
-    # ---- admission state (owned by the scheduler) ----
-    status: ReqStatus = field(init=False, default=ReqStatus.WAITING)
-    # Tokens already computed or cached for this request: its *true prefix*.
-    computed_tokens: int = field(init=False, default=0)
-    # Result of the last in-scan match.
-    device_prefix_len: int = field(init=False, default=0)
-    host_hit_len: int = field(init=False, default=0)
-    # prefix_len after load-back planning (device prefix + loaded host tokens).
-    prefix_len: int = field(init=False, default=0)
-    loaded_tokens: int = field(init=False, default=0)
-    extend_input_len: int = field(init=False, default=0)
-    # Node whose root path this request holds a device lock on (None: no lock).
-    locked_node: Node | None = field(init=False, default=None)
-    # Pages [owned_start_page, owned_end_page) are allocated to the request and not
-    # (yet) in the cache. NOTE: owned_start_page is always key-unit aligned.
-    owned_start_page: int = field(init=False, default=0)
-    owned_end_page: int = field(init=False, default=0)
-    # The page ids of those owned pages: a lane table (cache/pages.py) of sequence pages
-    # [owned_start_page, owned_end_page). The pages before owned_start_page are those of
-    # the locked prefix (locked_node's path): the two together are the request's page
-    # table (the engine's req_to_token row). NOTE: empty ([]) while it owns no pages.
-    owned_pages: list[array[int]] = field(init=False, default_factory=list)
-    # The pages the step in flight allocated (cache/pages.py ``Pending``): they join
-    # owned_pages when its forward is done. NOTE: None outside a forward.
-    pending_pages: Pending | None = field(init=False, default=None)
-    # Output tokens produced so far (colocated decode); kept across a requeue.
-    output_len: int = field(init=False, default=0)
-    # Passes in which affinity skipped (deferred) this request, at any queue position;
-    # the K bound (affinity_max_head_defers: "head" in the knob's name is historical)
-    # compares it.
-    affinity_skips: int = field(init=False, default=0)
-    # Last match length in units and the node holding its last unit (the root when
-    # nothing matched): the next pass confirms the match from the node alone (see
-    # sched/matching.py). NOTE: match_node is a node of the cache of the scheduler the
-    # request was added to (add_request sets both).
-    match_hint: int = field(init=False, default=0)
-    match_node: Node | None = field(init=False, default=None)
+    def __init__(self, input_len: int, max_match_units: int) -> None:
+        self.status: ReqStatus = ReqStatus.WAITING
+        # Tokens to prefill: the prompt, plus the kept output after a retraction or
+        # preemption (upstream refills origin_input_ids + output_ids).
+        self.input_len: int = input_len
+        # Units a match may cover: at least one prompt token is always computed.
+        # NOTE: derived from input_len, again on a requeue (input_len grows then).
+        self.max_match_units: int = max_match_units
+        # Tokens already computed or cached for this request: its *true prefix*.
+        self.computed_tokens: int = 0
+        # Result of the last in-scan match.
+        self.device_prefix_len: int = 0
+        self.host_hit_len: int = 0
+        # prefix_len after load-back planning (device prefix + loaded host tokens).
+        self.prefix_len: int = 0
+        self.loaded_tokens: int = 0
+        self.extend_input_len: int = 0
+        # Node whose root path this request holds a device lock on (None: no lock).
+        self.locked_node: Node | None = None
+        # Pages [owned_start_page, owned_end_page) are allocated to the request and not
+        # (yet) in the cache. NOTE: owned_start_page is always key-unit aligned.
+        self.owned_start_page: int = 0
+        self.owned_end_page: int = 0
+        # The page ids of those owned pages: a lane table (cache/pages.py) of sequence
+        # pages [owned_start_page, owned_end_page). The pages before owned_start_page are
+        # those of the locked prefix (locked_node's path): the two together are the
+        # request's page table (the engine's req_to_token row). NOTE: empty ([]) while it
+        # owns no pages.
+        self.owned_pages: list[array[int]] = []
+        # The pages the step in flight allocated (cache/pages.py ``Pending``): they join
+        # owned_pages when its forward is done. NOTE: None outside a forward.
+        self.pending_pages: Pending | None = None
+        # Output tokens produced so far (colocated decode); kept across a requeue.
+        self.output_len: int = 0
+        # Passes in which affinity skipped (deferred) this request, at any queue
+        # position; the K bound (affinity_max_head_defers: "head" in the knob's name is
+        # historical) compares it.
+        self.affinity_skips: int = 0
+        # Last match length in units and the node holding its last unit (the root when
+        # nothing matched): the next pass confirms the match from the node alone (see
+        # sched/matching.py). NOTE: match_node is a node of the cache of the scheduler
+        # the request was added to (add_request sets both).
+        self.match_hint: int = 0
+        self.match_node: Node | None = None
 
-    # ---- metrics ----
-    first_scheduled_time: float | None = field(init=False, default=None)
-    first_token_time: float | None = field(init=False, default=None)
-    finish_time: float | None = field(init=False, default=None)
-    num_chunks: int = field(init=False, default=0)
-    device_hit_tokens: int = field(init=False, default=0)
-    host_hit_tokens: int = field(init=False, default=0)
-    reject_reason: str | None = field(init=False, default=None)
-    # Priority preemptions and decode retractions of this request (each requeues it).
-    preemptions: int = field(init=False, default=0)
-    retractions: int = field(init=False, default=0)
-    # Tokens prefilled again after a requeue (prompt and kept output; chunks summed).
-    requeue_recomputed_tokens: int = field(init=False, default=0)
-    # Seconds from each requeue until its re-prefill completed (decoding resumes),
-    # summed; requeued_time is the pending requeue's time (None: none pending).
-    requeue_lost_s: float = field(init=False, default=0.0)
-    requeued_time: float | None = field(init=False, default=None)
-    extra: dict[str, object] = field(default_factory=dict)
-    # Units a match may cover: at least one prompt token is always computed.
-    # NOTE: derived in __init__ and again on a requeue (input_len grows then).
-    max_match_units: int = field(init=False, default=0)
-    # The prompt's length (input_len on arrival; never changes).
-    prompt_len: int = field(init=False, default=0)
+    @property
+    def remaining_tokens(self) -> int:
+        """Prompt tokens not yet computed."""
+        return self.input_len - self.computed_tokens
 
-    # NOTE: written out so that the compiled build compiles it (the generated one stays
-    # interpreted; see sched/buffer.py ReqShape). The constructor takes what a request
-    # is; every state and metrics field starts at its value below.
+
+class ReqMetrics:
+    """What happened to one request, for the records (the scheduler notes each event as
+    it happens; the collector and the summaries read them)."""
+
+    __slots__ = (
+        "device_hit_tokens",
+        "finish_time",
+        "first_scheduled_time",
+        "first_token_time",
+        "host_hit_tokens",
+        "num_chunks",
+        "preemptions",
+        "reject_reason",
+        "requeue_lost_s",
+        "requeue_recomputed_tokens",
+        "requeued_time",
+        "retractions",
+    )
+
+    def __init__(self) -> None:
+        self.first_scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.finish_time: float | None = None
+        self.num_chunks: int = 0
+        # Hits of the first scheduling (a requeued request's re-prefill does not move
+        # them).
+        self.device_hit_tokens: int = 0
+        self.host_hit_tokens: int = 0
+        self.reject_reason: str | None = None
+        # Priority preemptions and decode retractions of this request (each requeues it).
+        self.preemptions: int = 0
+        self.retractions: int = 0
+        # Tokens prefilled again after a requeue (prompt and kept output; chunks summed).
+        self.requeue_recomputed_tokens: int = 0
+        # Seconds from each requeue until its re-prefill completed (decoding resumes),
+        # summed; requeued_time is the pending requeue's time (None: none pending).
+        self.requeue_lost_s: float = 0.0
+        self.requeued_time: float | None = None
+
+
+class Request:
+    """One request: what it is (set once, never changed: its id, arrival, prompt length
+    and key chain, output budget, priority), plus ``state`` (the scheduler's,
+    :class:`ReqState`) and ``metrics`` (the records', :class:`ReqMetrics`).
+
+    NOTE: only ``state`` and ``metrics`` change after construction, and a closed-loop
+    session turn's ``arrival_time`` before it arrives (sim/closed_loop.py);
+    tests/test_request_parts.py checks that nothing else assigns these fields.
+    """
+
+    __slots__ = (
+        "arrival_time",
+        "extra",
+        "ignore_eos",
+        "key_tokens",
+        "keys",
+        "max_new_tokens",
+        "metrics",
+        "priority",
+        "prompt_len",
+        "rid",
+        "state",
+    )
+
+    # NOTE: the constructor takes what a request is; ``input_len`` is the prompt's
+    # length (``prompt_len``; the scheduler's ``state.input_len`` starts there).
     def __init__(
         self,
         rid: str,
@@ -251,45 +310,23 @@ class Request:
         ignore_eos: bool = False,
         extra: dict[str, object] | None = None,
     ) -> None:
-        self.rid = rid
-        self.arrival_time = arrival_time
-        self.input_len = input_len
-        self.max_new_tokens = max_new_tokens
-        self.keys = keys
-        self.key_tokens = key_tokens
-        self.priority = priority
-        self.ignore_eos = ignore_eos
-        self.status = ReqStatus.WAITING
-        self.computed_tokens = 0
-        self.device_prefix_len = 0
-        self.host_hit_len = 0
-        self.prefix_len = 0
-        self.loaded_tokens = 0
-        self.extend_input_len = 0
-        self.locked_node = None
-        self.owned_start_page = 0
-        self.owned_end_page = 0
-        self.owned_pages = []
-        self.pending_pages = None
-        self.output_len = 0
-        self.affinity_skips = 0
-        self.match_hint = 0
-        self.match_node = None
-        self.first_scheduled_time = None
-        self.first_token_time = None
-        self.finish_time = None
-        self.num_chunks = 0
-        self.device_hit_tokens = 0
-        self.host_hit_tokens = 0
-        self.reject_reason = None
-        self.preemptions = 0
-        self.retractions = 0
-        self.requeue_recomputed_tokens = 0
-        self.requeue_lost_s = 0.0
-        self.requeued_time = None
-        self.extra = {} if extra is None else extra
-        self.max_match_units = min(len(keys), (input_len - 1) // key_tokens)
-        self.prompt_len = input_len
+        self.rid: str = rid
+        self.arrival_time: float = arrival_time
+        self.prompt_len: int = input_len
+        self.max_new_tokens: int = max_new_tokens
+        self.keys: list[int] = keys
+        self.key_tokens: int = key_tokens
+        self.priority: int = priority
+        self.ignore_eos: bool = ignore_eos
+        self.extra: dict[str, object] = {} if extra is None else extra
+        self.state: ReqState = ReqState(input_len, min(len(keys), (input_len - 1) // key_tokens))
+        self.metrics: ReqMetrics = ReqMetrics()
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.rid!r}, t={self.arrival_time:g}, prompt={self.prompt_len}, "
+            f"{self.state.status._value_})"
+        )
 
     @classmethod
     def from_tokens(
@@ -346,31 +383,27 @@ class Request:
             extra=_head_extra(in_batch_head_from_blocks(hash_ids, input_len, block_size)),
         )
 
-    @property
-    def remaining_tokens(self) -> int:
-        """Prompt tokens not yet computed."""
-        return self.input_len - self.computed_tokens
-
     def reset_for_requeue(self, now: float | None = None) -> None:
         """Forget admission state (after preemption or retraction), keeping the output.
 
         As upstream keeps ``output_ids``: the re-prefill covers the prompt plus every
         output token so far (``input_len = prompt_len + output_len``) and then yields
         the next token; ``output_len`` does not go back. ``now``: the requeue time, from
-        which ``requeue_lost_s`` counts until the re-prefill completes.
+        which ``metrics.requeue_lost_s`` counts until the re-prefill completes.
         """
-        self.status = ReqStatus.WAITING
-        self.computed_tokens = 0
-        self.device_prefix_len = 0
-        self.host_hit_len = 0
-        self.prefix_len = 0
-        self.loaded_tokens = 0
-        self.extend_input_len = 0
-        self.input_len = self.prompt_len + self.output_len
-        self.max_match_units = min(len(self.keys), (self.input_len - 1) // self.key_tokens)
-        self.owned_start_page = 0
-        self.owned_end_page = 0
-        self.owned_pages = []
-        self.pending_pages = None
-        if now is not None and self.requeued_time is None:
-            self.requeued_time = now
+        st = self.state
+        st.status = ReqStatus.WAITING
+        st.computed_tokens = 0
+        st.device_prefix_len = 0
+        st.host_hit_len = 0
+        st.prefix_len = 0
+        st.loaded_tokens = 0
+        st.extend_input_len = 0
+        st.input_len = self.prompt_len + st.output_len
+        st.max_match_units = min(len(self.keys), (st.input_len - 1) // self.key_tokens)
+        st.owned_start_page = 0
+        st.owned_end_page = 0
+        st.owned_pages = []
+        st.pending_pages = None
+        if now is not None and self.metrics.requeued_time is None:
+            self.metrics.requeued_time = now

@@ -82,10 +82,10 @@ def lru_hit_rate(
     unit_pages = cache.unit_pages
     hit = total = oversized = hit_blocks = total_blocks = 0
     for i, req in enumerate(requests):
-        total += req.input_len
+        total += req.state.input_len
         block = 0 if block_tokens is None else block_tokens[i]
         if block:
-            total_blocks += -(-req.input_len // block)
+            total_blocks += -(-req.state.input_len // block)
         keys = req.keys
         units = len(keys)
         if units == 0:

@@ -190,7 +190,7 @@ def make_runner(
     from prefillkit.exec.model import Model, ModelConfig
 
     page = settings.page_size
-    longest = max((r.input_len for r in requests), default=1)
+    longest = max((r.state.input_len for r in requests), default=1)
     cfg = ModelConfig(max_positions=max(4096, -(-longest // page) * page))
     torch.set_num_threads(1)
     model = Model(cfg)

@@ -61,7 +61,7 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 def request_args(req: Request) -> tuple[Any, ...]:
     """The arguments ``Request(*args)`` rebuilds ``req`` from, as it was built (a
     request's other fields are scheduler state, set from these in ``__init__``)."""
-    return (req.rid, req.arrival_time, req.input_len, req.max_new_tokens, req.keys,
+    return (req.rid, req.arrival_time, req.state.input_len, req.max_new_tokens, req.keys,
             req.key_tokens, req.priority, req.ignore_eos, req.extra)  # fmt: skip
 
 
@@ -202,7 +202,7 @@ def _message(batch: list[Request]) -> tuple[Any, ...]:
         for req in batch:
             keys.extend(req.keys)
             offsets.append(len(keys))
-            rest.append((req.rid, req.arrival_time, req.input_len, req.max_new_tokens,
+            rest.append((req.rid, req.arrival_time, req.state.input_len, req.max_new_tokens,
                          req.key_tokens, req.priority, req.ignore_eos, req.extra))  # fmt: skip
     except (OverflowError, TypeError):
         return ("reqs", [request_args(req) for req in batch])

@@ -149,9 +149,9 @@ class SyntheticTokens:
                 rng = random.Random(key)
                 toks.extend(rng.randrange(self.vocab) for _ in range(req.key_tokens))
             self._cache[req.rid] = toks
-        if len(toks) < req.input_len:
+        if len(toks) < req.state.input_len:
             rng = random.Random(xxhash.xxh3_64_intdigest(f"{req.rid}:{len(toks)}".encode()))
-            toks.extend(rng.randrange(self.vocab) for _ in range(req.input_len - len(toks)))
+            toks.extend(rng.randrange(self.vocab) for _ in range(req.state.input_len - len(toks)))
         return toks
 
 

@@ -45,6 +45,18 @@ class _Req:
     lane_off: list[int]  # per lane: where this request's rows start in the lane's gather block
 
 
+@dataclass
+class _Layout:
+    """One step's rows on this rank, in request order."""
+
+    reqs: list[_Req]
+    tokens: list[int]  # token ids of this rank's query rows
+    w_pages: list[int]  # per query row: the page its cache row is written to
+    r_pages: list[int]  # per row of this lane's gather block: the page it is read from
+    r_offs: list[int]  # ... and its offset in the page
+    lane_rows: list[int]  # per lane: the rows of its gather block
+
+
 def owner_lane(position: int, page_size: int, cp_size: int) -> int:
     """The lane owning the page that holds a sequence position."""
     return (position // page_size) % cp_size
@@ -69,8 +81,20 @@ class Executor:
         self.host = HostPool(lane, n_host_slots, page_size, c.n_layers, c.kv_width)
 
     def step(self, plan: StepPlan) -> StepOutput:
-        P, R, rank = self.page_size, self.comm.size, self.comm.rank
-        tables = plan.check(P, R)
+        """Run one step plan on this rank: the first-token logits of the prompts it completes."""
+        tables = plan.check(self.page_size, self.comm.size)
+        self._copy_host_pages(plan)
+        lay = self._layout(plan, tables)
+        x = self._forward(lay)
+        return self._final_logits(plan, lay.reqs, x)
+
+    def _idx(self, v: list[int]) -> Tensor:
+        """A list of ints as a long tensor on the model's device."""
+        return torch.tensor(v, dtype=torch.long, device=self.model.device)
+
+    def _copy_host_pages(self, plan: StepPlan) -> None:
+        """This lane's host backups (device -> host), then its loads (host -> device)."""
+        rank = self.comm.rank
         for c in plan.backups:
             if c.lane == rank:
                 self.host.store(c.host_slot, self.pool, c.page)
@@ -78,60 +102,76 @@ class Executor:
             if c.lane == rank:
                 self.host.load(c.host_slot, self.pool, c.page)
 
-        dev = self.model.device
-        reqs: list[_Req] = []
-        tokens: list[int] = []
-        w_pages: list[int] = []
-        r_pages: list[int] = []
-        r_offs: list[int] = []
-        lane_rows = [0] * R
+    def _layout(self, plan: StepPlan, tables: tuple[tuple[int, ...], ...]) -> _Layout:
+        """This rank's query rows, the pages it writes and reads, and each lane's gather rows."""
+        P, R, rank = self.page_size, self.comm.size, self.comm.rank
+        lay = _Layout([], [], [], [], [], [0] * R)
         for rp, table in zip(plan.reqs, tables, strict=True):
-            start = len(tokens)
+            start = len(lay.tokens)
             q_pos = [p for p in range(rp.prefix_len, rp.seq_len) if owner_lane(p, P, R) == rank]
-            tokens.extend(rp.token_ids[p - rp.prefix_len] for p in q_pos)
-            w_pages.extend(table[p // P] for p in q_pos)
+            lay.tokens.extend(rp.token_ids[p - rp.prefix_len] for p in q_pos)
+            lay.w_pages.extend(table[p // P] for p in q_pos)
             lane_pos: list[list[int]] = [[] for _ in range(R)]
             for s in range(rp.seq_len):
                 lane_pos[owner_lane(s, P, R)].append(s)
-            r_pages.extend(table[s // P] for s in lane_pos[rank])
-            r_offs.extend(s % P for s in lane_pos[rank])
-            reqs.append(_Req(rp.seq_len, q_pos, slice(start, len(tokens)), lane_pos, lane_rows[:]))
+            lay.r_pages.extend(table[s // P] for s in lane_pos[rank])
+            lay.r_offs.extend(s % P for s in lane_pos[rank])
+            q_rows = slice(start, len(lay.tokens))
+            lay.reqs.append(_Req(rp.seq_len, q_pos, q_rows, lane_pos, lay.lane_rows[:]))
             for lane in range(R):
-                lane_rows[lane] += len(lane_pos[lane])
+                lay.lane_rows[lane] += len(lane_pos[lane])
+        return lay
 
-        def idx(v: list[int]) -> Tensor:
-            return torch.tensor(v, dtype=torch.long, device=dev)
-
-        positions = idx([p for r in reqs for p in r.q_pos])
-        w_pg, w_off, r_pg, r_off = idx(w_pages), positions % P, idx(r_pages), idx(r_offs)
-        m, width = self.model, self.model.cfg.kv_width
+    def _forward(self, lay: _Layout) -> Tensor:
+        """The layers over this rank's query rows: the hidden state after the last layer."""
+        idx = self._idx
+        positions = idx([p for r in lay.reqs for p in r.q_pos])
+        w_pg, w_off = idx(lay.w_pages), positions % self.page_size
+        r_pg, r_off = idx(lay.r_pages), idx(lay.r_offs)
+        m = self.model
         x = (
-            m.embed(idx(tokens))
-            if tokens
-            else torch.zeros(0, m.cfg.d_model, dtype=DTYPE, device=dev)
+            m.embed(idx(lay.tokens))
+            if lay.tokens
+            else torch.zeros(0, m.cfg.d_model, dtype=DTYPE, device=m.device)
         )
-        pad_rows = max(lane_rows)
+        pad_rows = max(lay.lane_rows)
         for layer in range(m.cfg.n_layers):
             h = m.attn_input(layer, x)
             self.pool.write(layer, w_pg, w_off, m.kv_entries(layer, h, positions))
-            mine = self.pool.read(layer, r_pg, r_off)
-            send = torch.cat([mine, mine.new_zeros(pad_rows - mine.shape[0], width)])
-            block = [b.to(dev) for b in self.comm.all_gather(send)]
-            outs: list[Tensor] = []
-            for r in reqs:
-                if not r.q_pos:
-                    continue
-                kv = torch.empty(r.seq_len, width, dtype=DTYPE, device=dev)
-                for lane in range(R):
-                    n, off = len(r.lane_pos[lane]), r.lane_off[lane]
-                    kv[idx(r.lane_pos[lane])] = block[lane][off : off + n]
-                outs.append(m.attend(layer, h[r.q_rows], idx(r.q_pos), kv))
+            block = self._gather_lanes(layer, r_pg, r_off, pad_rows)
+            outs = self._attend(layer, h, lay.reqs, block)
             if outs:
                 x = x + torch.cat(outs)
             x = x + m.mlp(layer, x)
+        return x
 
+    def _gather_lanes(self, layer: int, r_pg: Tensor, r_off: Tensor, pad_rows: int) -> list[Tensor]:
+        """Every lane's cache rows of one layer: this lane's read, padded, all-gathered."""
+        mine = self.pool.read(layer, r_pg, r_off)
+        width = self.model.cfg.kv_width
+        send = torch.cat([mine, mine.new_zeros(pad_rows - mine.shape[0], width)])
+        return [b.to(self.model.device) for b in self.comm.all_gather(send)]
+
+    def _attend(self, layer: int, h: Tensor, reqs: list[_Req], block: list[Tensor]) -> list[Tensor]:
+        """Each request's query rows attended over its whole sequence (rebuilt from the lanes)."""
+        m, dev = self.model, self.model.device
+        outs: list[Tensor] = []
+        for r in reqs:
+            if not r.q_pos:
+                continue
+            kv = torch.empty(r.seq_len, m.cfg.kv_width, dtype=DTYPE, device=dev)
+            for lane in range(self.comm.size):
+                n, off = len(r.lane_pos[lane]), r.lane_off[lane]
+                kv[self._idx(r.lane_pos[lane])] = block[lane][off : off + n]
+            outs.append(m.attend(layer, h[r.q_rows], self._idx(r.q_pos), kv))
+        return outs
+
+    def _final_logits(self, plan: StepPlan, reqs: list[_Req], x: Tensor) -> StepOutput:
+        """The last token's logits of each completed prompt, from the rank owning its last page."""
+        P, R, rank = self.page_size, self.comm.size, self.comm.rank
+        m, idx = self.model, self._idx
         finals = [(i, rp) for i, rp in enumerate(plan.reqs) if not rp.is_chunk]
-        out = torch.zeros(len(finals), m.cfg.vocab, dtype=DTYPE, device=dev)
+        out = torch.zeros(len(finals), m.cfg.vocab, dtype=DTYPE, device=m.device)
         owners = [owner_lane(rp.seq_len - 1, P, R) for _, rp in finals]
         mine_k = [k for k, owner in enumerate(owners) if owner == rank]
         if mine_k:

@@ -185,7 +185,7 @@ class RunCollector:
             else:
                 lst.append(b)
             if req not in first_hit:
-                first_hit[req] = req.device_hit_tokens + req.host_hit_tokens
+                first_hit[req] = req.metrics.device_hit_tokens + req.metrics.host_hit_tokens
         if self.timeline is not None:
             self.timeline.batch(reqs, record)
         if self.sink is not None:
@@ -210,9 +210,9 @@ class RunCollector:
             req = self._live.pop(seq)
             del self._seq[req]
             keep = not partial or (
-                req.first_token_time is not None
-                or req.first_scheduled_time is not None
-                or req.status is ReqStatus.REJECTED
+                req.metrics.first_token_time is not None
+                or req.metrics.first_scheduled_time is not None
+                or req.state.status is ReqStatus.REJECTED
             )
             self._pending[seq] = self._fill(seq, req, keep_row=keep)
         if self.timeline is not None:
@@ -222,14 +222,14 @@ class RunCollector:
     # ------------------------------------------------------------------ internals
     def _fill(self, seq: int, req: Request, *, keep_row: bool) -> tuple[list[Any] | None, _Columns]:
         """``req``'s row (None: none) and its column values."""
-        first_token = req.first_token_time
+        first_token = req.metrics.first_token_time
         if first_token is not None:
             sums = self.done_sums
             sums[0] += req.prompt_len
-            sums[1] += req.device_hit_tokens
-            sums[2] += req.host_hit_tokens
-            sums[3] += req.num_chunks
-        rejected = req.status is ReqStatus.REJECTED
+            sums[1] += req.metrics.device_hit_tokens
+            sums[2] += req.metrics.host_hit_tokens
+            sums[3] += req.metrics.num_chunks
+        rejected = req.state.status is ReqStatus.REJECTED
         hit = self._first_hit.pop(req, None)
         klass = None if hit is None else cache_class(hit, self.warm_floor)
         ids = self._batch_ids.pop(req, ())
@@ -239,7 +239,7 @@ class RunCollector:
             req.arrival_time,
             rejected,
             first_token,
-            req.first_scheduled_time,
+            req.metrics.first_scheduled_time,
             0 if klass is None else CLASS_CODES[klass],
         )
         if not keep_row or self.sink is None:

@@ -218,7 +218,7 @@ class BatchTrace:
         hits = self.hits
         for req in reqs:
             rids.append(req.rid)
-            hits.append(req.device_hit_tokens + req.host_hit_tokens)
+            hits.append(req.metrics.device_hit_tokens + req.metrics.host_hit_tokens)
         self.ends.append(len(rids))
         self.seconds.extend(self._pick(breakdown))
 
@@ -278,9 +278,9 @@ def percentile(values: Any, q: float) -> float | None:
 
 
 def request_status(req: Request) -> str:
-    if req.status is ReqStatus.REJECTED:
+    if req.state.status is ReqStatus.REJECTED:
         return "rejected"
-    if req.first_token_time is not None:
+    if req.metrics.first_token_time is not None:
         return "finished"
     return "unfinished"
 
@@ -296,32 +296,40 @@ def request_values(
     req: Request, batch_ids: Sequence[int] = (), cache_class: str | None = None
 ) -> list[Any]:
     """:func:`request_row`'s values, in ``REQUEST_COLUMNS`` order."""
-    ttft = None if req.first_token_time is None else req.first_token_time - req.arrival_time
-    queueing = (
-        None if req.first_scheduled_time is None else req.first_scheduled_time - req.arrival_time
+    ttft = (
+        None
+        if req.metrics.first_token_time is None
+        else req.metrics.first_token_time - req.arrival_time
     )
-    computed = req.first_token_time is not None
+    queueing = (
+        None
+        if req.metrics.first_scheduled_time is None
+        else req.metrics.first_scheduled_time - req.arrival_time
+    )
+    computed = req.metrics.first_token_time is not None
     return [
         req.rid,
         req.arrival_time,
-        req.first_scheduled_time,
-        req.first_token_time,
+        req.metrics.first_scheduled_time,
+        req.metrics.first_token_time,
         ttft,
         queueing,
         req.prompt_len,
         req.max_new_tokens,
-        req.num_chunks,
-        req.device_hit_tokens,
-        req.host_hit_tokens,
-        req.prompt_len - req.device_hit_tokens - req.host_hit_tokens if computed else None,
+        req.metrics.num_chunks,
+        req.metrics.device_hit_tokens,
+        req.metrics.host_hit_tokens,
+        req.prompt_len - req.metrics.device_hit_tokens - req.metrics.host_hit_tokens
+        if computed
+        else None,
         req.priority,
         request_status(req),
-        req.reject_reason,
-        req.preemptions,
-        req.retractions,
-        req.requeue_recomputed_tokens,
-        req.requeue_lost_s,
-        req.affinity_skips,
+        req.metrics.reject_reason,
+        req.metrics.preemptions,
+        req.metrics.retractions,
+        req.metrics.requeue_recomputed_tokens,
+        req.metrics.requeue_lost_s,
+        req.state.affinity_skips,
         cache_class,
         " ".join(map(str, batch_ids)),
     ]
@@ -337,12 +345,12 @@ def summarize(
     """The run summary users judge by."""
     import numpy as np
 
-    done = [r for r in requests if r.first_token_time is not None]
-    ttft = [r.first_token_time - r.arrival_time for r in done]  # type: ignore[operator]
-    queue = [r.first_scheduled_time - r.arrival_time for r in done]  # type: ignore[operator]
+    done = [r for r in requests if r.metrics.first_token_time is not None]
+    ttft = [r.metrics.first_token_time - r.arrival_time for r in done]  # type: ignore[operator]
+    queue = [r.metrics.first_scheduled_time - r.arrival_time for r in done]  # type: ignore[operator]
     input_tokens = sum(r.prompt_len for r in done)
-    dev = sum(r.device_hit_tokens for r in done)
-    host = sum(r.host_hit_tokens for r in done)
+    dev = sum(r.metrics.device_hit_tokens for r in done)
+    host = sum(r.metrics.host_hit_tokens for r in done)
     start = min((r.arrival_time for r in requests), default=0.0)
     span = max(sim_end_s - start, 0.0)
     # NOTE: summed one at a time, in batch order (Python >= 3.12's sum() of floats is
@@ -350,11 +358,13 @@ def summarize(
     busy = 0.0
     for b in batches:
         busy += b.duration_s
-    rejected = sum(1 for r in requests if r.status is ReqStatus.REJECTED)
+    rejected = sum(1 for r in requests if r.state.status is ReqStatus.REJECTED)
     # NOTE: a request rejected on a requeue (Scheduler._retract) may have its first token:
     # it counts as completed and as rejected; unfinished is neither.
     unfinished = sum(
-        1 for r in requests if r.first_token_time is None and r.status is not ReqStatus.REJECTED
+        1
+        for r in requests
+        if r.metrics.first_token_time is None and r.state.status is not ReqStatus.REJECTED
     )
 
     def ratio(a: float, b: float) -> float | None:
@@ -378,7 +388,7 @@ def summarize(
         "executor_utilization": ratio(busy, span),
         "num_batches": len(batches),
         "mean_batch_size": ratio(sum(b.size for b in batches), len(batches)),
-        "mean_chunks_per_request": ratio(sum(r.num_chunks for r in done), len(done)),
+        "mean_chunks_per_request": ratio(sum(r.metrics.num_chunks for r in done), len(done)),
         "sim_duration_s": span,
         **counters,
     }

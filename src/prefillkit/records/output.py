@@ -261,9 +261,9 @@ def _written_requests(result: SimResult) -> list[Request]:
     return [
         r
         for r in result.requests
-        if r.first_token_time is not None
-        or r.first_scheduled_time is not None
-        or r.status is ReqStatus.REJECTED
+        if r.metrics.first_token_time is not None
+        or r.metrics.first_scheduled_time is not None
+        or r.state.status is ReqStatus.REJECTED
     ]
 
 

@@ -121,12 +121,12 @@ def latency_metrics(
     """
     chosen = tuple(sorted(set(percentiles)))
     qs = tuple(sorted(set(DEFAULT_PERCENTILES) | set(chosen)))
-    done = [r for r in requests if r.first_token_time is not None]
-    ttft = [r.first_token_time - r.arrival_time for r in done]  # type: ignore[operator]
+    done = [r for r in requests if r.metrics.first_token_time is not None]
+    ttft = [r.metrics.first_token_time - r.arrival_time for r in done]  # type: ignore[operator]
     queue = [
-        r.first_scheduled_time - r.arrival_time  # type: ignore[operator]
+        r.metrics.first_scheduled_time - r.arrival_time  # type: ignore[operator]
         for r in done
-        if r.first_scheduled_time is not None
+        if r.metrics.first_scheduled_time is not None
     ]
     out: dict[str, Any] = {"percentiles": list(chosen)}
     out.update(_stats(ttft, "ttft", qs))

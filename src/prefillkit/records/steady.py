@@ -298,10 +298,13 @@ def steady_metrics(
     """
     arrival = np.array([r.arrival_time for r in requests], dtype=float)
     first_token = np.array(
-        [math.nan if r.first_token_time is None else r.first_token_time for r in requests],
+        [
+            math.nan if r.metrics.first_token_time is None else r.metrics.first_token_time
+            for r in requests
+        ],
         dtype=float,
     )
-    kept = np.array([r.status is not ReqStatus.REJECTED for r in requests], dtype=bool)
+    kept = np.array([r.state.status is not ReqStatus.REJECTED for r in requests], dtype=bool)
     codes = np.array(
         [CLASS_CODES.get(cache_classes.get(r.rid, ""), 0) for r in requests], dtype=np.int8
     )

@@ -150,13 +150,17 @@ def _decode_events(steps: Sequence[tuple[float, float]]) -> Iterator[dict[str, A
 
 def _drawn(req: Request) -> bool:
     """False for a request rejected at arrival: no lifecycle to draw."""
-    return req.status is not ReqStatus.REJECTED or req.first_scheduled_time is not None
+    return (
+        req.state.status is not ReqStatus.REJECTED or req.metrics.first_scheduled_time is not None
+    )
 
 
 def needs_run_end(req: Request) -> bool:
     """Whether :func:`request_events` of ``req`` reads ``end_s`` (an event of it runs to
     the end of the run: it was never scheduled, or has no first token)."""
-    return _drawn(req) and (req.first_scheduled_time is None or req.first_token_time is None)
+    return _drawn(req) and (
+        req.metrics.first_scheduled_time is None or req.metrics.first_token_time is None
+    )
 
 
 def request_events(
@@ -174,13 +178,13 @@ def request_events(
     yield _meta(REQUESTS_PID, tid, "thread_name", req.rid)
     yield _meta(REQUESTS_PID, tid, "thread_sort_index", tid)
     arrival = req.arrival_time
-    scheduled = req.first_scheduled_time
+    scheduled = req.metrics.first_scheduled_time
     common = {"rid": req.rid, "input_len": req.prompt_len}
     queued_end = scheduled if scheduled is not None else end_s
     yield _x("queued", arrival, queued_end - arrival, REQUESTS_PID, tid, **common)
     if scheduled is None:
         return
-    first = req.first_token_time
+    first = req.metrics.first_token_time
     prefill_end = first if first is not None else end_s
     yield _x(
         "prefill",
@@ -190,9 +194,9 @@ def request_events(
         tid,
         **common,
         ttft_s=None if first is None else first - arrival,
-        device_hit_tokens=req.device_hit_tokens,
-        host_hit_tokens=req.host_hit_tokens,
-        num_chunks=req.num_chunks,
+        device_hit_tokens=req.metrics.device_hit_tokens,
+        host_hit_tokens=req.metrics.host_hit_tokens,
+        num_chunks=req.metrics.num_chunks,
         cache_class=cache_class,
     )
     inside = [b for b in batches if b.start_s + b.duration_s <= prefill_end]
@@ -246,7 +250,7 @@ def trace_events(result: SimResult) -> dict[str, Any]:
         start,
         float(result.summary.get("sim_duration_s") or 0.0),
         batches[-1].start_s + batches[-1].duration_s if batches else None,
-        max((r.first_token_time or 0.0 for r in reqs), default=None),
+        max((r.metrics.first_token_time or 0.0 for r in reqs), default=None),
     )
     trace = result.trace
     events = _executor_head()
@@ -343,7 +347,7 @@ class StreamingTraceWriter:
     def request(self, seq: int, req: Request, cache_class: str | None) -> None:
         self._requests += 1
         self._start = min(self._start, req.arrival_time)
-        first = req.first_token_time or 0.0
+        first = req.metrics.first_token_time or 0.0
         if self._first_tokens is None or first > self._first_tokens:
             self._first_tokens = first
         spans = self._spans.pop(req, [])

@@ -164,7 +164,7 @@ class PrefillAdder:
         # Decode room reserved for the running requests (summed in order, as upstream).
         offset: float = 0.0
         for r in running:
-            left = r.max_new_tokens - r.output_len
+            left = r.max_new_tokens - r.state.output_len
             if left > clip:
                 left = clip
             offset += left * (1.0 if r.ignore_eos else new_token_ratio)
@@ -266,7 +266,7 @@ class PrefillAdder:
     def batch_shapes(self) -> list[BufferReqShape]:
         """Per-request shapes of the batch admitted so far (buffer-estimator input)."""
         return [
-            BufferReqShape(r.prefix_len, r.extend_input_len, r.loaded_tokens)
+            BufferReqShape(r.state.prefix_len, r.state.extend_input_len, r.state.loaded_tokens)
             for r in self.can_run_list
         ]
 
@@ -304,8 +304,10 @@ class PrefillAdder:
         request if it is still unfinished after this chunk, else None.
         """
         p = self.page_size
-        prefix_len = req.computed_tokens
-        rem_chunk = self.rem_chunk_tokens if self.rem_chunk_tokens is not None else req.input_len
+        prefix_len = req.state.computed_tokens
+        rem_chunk = (
+            self.rem_chunk_tokens if self.rem_chunk_tokens is not None else req.state.input_len
+        )
         raw = min(rem_chunk, int(self.rem_total_tokens))
         if raw <= 0:
             rem = rem_chunk  # NOTE: a chunked request must always make progress
@@ -316,7 +318,7 @@ class PrefillAdder:
         # Physical room: the chunk cannot exceed what the lanes can still hold.
         cap = self._max_allocatable_extend(prefix_len)
         rem = min(rem, cap)
-        need = req.input_len - prefix_len
+        need = req.state.input_len - prefix_len
         if rem <= 0:
             # No page can be allocated now (memory held by in-flight requests): the
             # chunk waits; it stays first in line for the next pass.
@@ -324,9 +326,9 @@ class PrefillAdder:
             return req
         truncated = need > rem
         extend = rem if truncated else need
-        req.prefix_len = prefix_len
-        req.extend_input_len = extend
-        req.loaded_tokens = 0
+        req.state.prefix_len = prefix_len
+        req.state.extend_input_len = extend
+        req.state.loaded_tokens = 0
         self.can_run_list.append(req)
         self._set_chunked_in_batch(req)
         self._plan(self._extend_lanes(prefix_len, extend))
@@ -366,7 +368,7 @@ class PrefillAdder:
         # NOTE: only the carried prefix must be page-aligned (the CP split fails fast
         # otherwise). A tail chunk ends at the prompt's end, which is normally not
         # page-aligned, exactly like any follower's extend.
-        return req.prefix_len % self.page_size == 0
+        return req.state.prefix_len % self.page_size == 0
 
     # ------------------------------------------------------------------ one request
     def add_one_req(self, req: Request, match: MatchResult | None = None) -> AddReqResult:
@@ -391,19 +393,19 @@ class PrefillAdder:
             if limits.cp_max_requests is not None and len(can_run) >= limits.cp_max_requests:
                 return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_REQUESTS)
         if match is None:
-            match = cache.match(req.keys, req.max_match_units)
+            match = cache.match(req.keys, req.state.max_match_units)
         kt = cache.key_tokens
         device_units = match.device_units
         device_prefix = device_units * kt
         host_hit = match.units * kt - device_prefix
-        req.device_prefix_len = device_prefix
-        req.host_hit_len = host_hit
+        req.state.device_prefix_len = device_prefix
+        req.state.host_hit_len = host_hit
         # The memory test counts what is left to generate (output kept across a requeue).
-        max_new = req.max_new_tokens - req.output_len
+        max_new = req.max_new_tokens - req.state.output_len
         if max_new > limits.clip_max_new_tokens:
             max_new = limits.clip_max_new_tokens
         p = self.page_size
-        input_len = req.input_len
+        input_len = req.state.input_len
         total_tokens = (input_len - device_prefix) + max_new + p
         # NOTE: upstream's form (total >= rem_total_tokens), kept for float exactness.
         if total_tokens >= (pool.free_total + cache.evictable_pages) * p - (
@@ -481,10 +483,10 @@ class PrefillAdder:
             node = lb.deepest
             self.load_backs.append(lb)
             self.batch_load_back_tokens += loaded
-        req.locked_node = node
-        req.prefix_len = prefix_len
-        req.loaded_tokens = loaded
-        req.extend_input_len = extend
+        req.state.locked_node = node
+        req.state.prefix_len = prefix_len
+        req.state.loaded_tokens = loaded
+        req.state.extend_input_len = extend
         can_run.append(req)
         if truncated:
             self.new_chunked_req = req
@@ -522,8 +524,8 @@ class PrefillAdder:
         ratio = self.new_token_ratio
 
         def state(r: Request) -> tuple[float, int]:
-            left = r.max_new_tokens * (1.0 if r.ignore_eos else ratio) - r.output_len
-            return (left, r.prompt_len + r.output_len)
+            left = r.max_new_tokens * (1.0 if r.ignore_eos else ratio) - r.state.output_len
+            return (left, r.prompt_len + r.state.output_len)
 
         states = [state(req), *map(state, self.running), *map(state, self.can_run_list)]
         return ignore_eos_fits(self.cur_rem_tokens - ext - self.page_size, states)

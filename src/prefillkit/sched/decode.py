@@ -19,7 +19,7 @@ from prefillkit.sched.waiting import enqueue, never_fits_reason
 
 def start_decode(st: SchedulerState, req: Request) -> None:
     """``req`` joins the decode batch (colocated). Mutates: its status, the decode set."""
-    req.status = ReqStatus.DECODING
+    req.state.status = ReqStatus.DECODING
     st.decoding.append(req)
 
 
@@ -38,36 +38,36 @@ def decode_step(st: SchedulerState, now: float) -> tuple[list[Request], list[Req
     finished: list[Request] = []
     retracted: list[Request] = []
     for req in sorted(st.decoding, key=partial(decode_rank, st)):
-        if req.status is not ReqStatus.DECODING:
+        if req.state.status is not ReqStatus.DECODING:
             continue  # retracted earlier in this step
-        if req.output_len >= req.max_new_tokens:  # nothing left to decode
+        if req.state.output_len >= req.max_new_tokens:  # nothing left to decode
             release(st, req, now)
             finished.append(req)
             continue
         # This step feeds output token ``output_len``: the KV then holds the prompt
         # and every output token so far.
-        need = -(-(req.input_len + req.output_len) // p)
-        while req.owned_end_page < need:
-            if not req.owned_pages:
-                req.owned_pages = empty_table(st.pool.cp_size)
-            if cache.alloc_page(req.owned_end_page, req.owned_pages):
-                req.owned_end_page += 1
+        need = -(-(req.state.input_len + req.state.output_len) // p)
+        while req.state.owned_end_page < need:
+            if not req.state.owned_pages:
+                req.state.owned_pages = empty_table(st.pool.cp_size)
+            if cache.alloc_page(req.state.owned_end_page, req.state.owned_pages):
+                req.state.owned_end_page += 1
                 continue
             victim = _retract_victim(st, req, now)
             if victim is None:
                 break
             retracted.append(victim)
-        if req.owned_end_page < need:
+        if req.state.owned_end_page < need:
             retract(st, req, now)
             retracted.append(req)
             continue
-        req.output_len += 1
-        if req.output_len >= req.max_new_tokens:
+        req.state.output_len += 1
+        if req.state.output_len >= req.max_new_tokens:
             # Released at once: a finished request is never a retraction victim.
             release(st, req, now)
             finished.append(req)
     if finished or retracted:  # NOTE: else every request is still decoding
-        st.decoding = [r for r in st.decoding if r.status is ReqStatus.DECODING]
+        st.decoding = [r for r in st.decoding if r.state.status is ReqStatus.DECODING]
     _update_new_token_ratio(st, retracted)
     return finished, retracted
 
@@ -77,7 +77,7 @@ def _update_new_token_ratio(st: SchedulerState, retracted: list[Request]) -> Non
     decoding requests' progress), else a linear decay; back to the start when idle."""
     if retracted:
         st.stats.retractions += len(retracted)
-        decoded = sum(r.output_len for r in st.decoding)
+        decoded = sum(r.state.output_len for r in st.decoding)
         total_new = sum(r.max_new_tokens for r in st.decoding)
         st.new_token_ratio = min(1.0, (decoded + 20 * len(st.decoding)) / (total_new + 1))
     else:
@@ -108,7 +108,9 @@ def _retract_victim(st: SchedulerState, protect: Request, now: float) -> Request
     """Retract the lowest-ranked (newest) decoding request ranked after ``protect``
     (None if none is: then ``protect`` itself is the last and is the one to go)."""
     key = decode_rank(st, protect)
-    cands = [r for r in st.decoding if r.status is ReqStatus.DECODING and decode_rank(st, r) > key]
+    cands = [
+        r for r in st.decoding if r.state.status is ReqStatus.DECODING and decode_rank(st, r) > key
+    ]
     if not cands:
         return None
     victim = max(cands, key=partial(decode_rank, st))
@@ -126,17 +128,19 @@ def retract(
     st.running.pop(req.rid, None)
     req.reset_for_requeue(now)
     if preempt:
-        req.preemptions += 1
+        req.metrics.preemptions += 1
     else:
-        req.retractions += 1
+        req.metrics.retractions += 1
     reason = never_fits_reason(st, req)
     if reason is not None:
         # Deviation (README): its re-prefill (prompt + kept output) can never pass
         # admission, so it is rejected here; upstream requeues it, and it waits at the
         # head of the queue for ever. The caller sees it among the requeued requests
         # (decode_step's retracted, StepOutput.preempted) with status REJECTED.
-        req.status = ReqStatus.REJECTED
-        req.reject_reason = f"requeued with {req.output_len} output tokens kept: {reason}"
+        req.state.status = ReqStatus.REJECTED
+        req.metrics.reject_reason = (
+            f"requeued with {req.state.output_len} output tokens kept: {reason}"
+        )
         st.stats.rejected += 1
         return
     enqueue(st, req)
@@ -146,23 +150,23 @@ def release(st: SchedulerState, req: Request, now: float) -> None:
     """``req`` no longer needs its KV (pd-prefill: transfer done; colocated: decoding
     finished): its pages and lock are freed, status FINISHED."""
     free_kv(st, req)
-    req.status = ReqStatus.FINISHED
-    req.finish_time = now
+    req.state.status = ReqStatus.FINISHED
+    req.metrics.finish_time = now
     st.running.pop(req.rid, None)
 
 
 def free_kv(st: SchedulerState, req: Request) -> None:
     """Free ``req``'s owned pages (and the step in flight's) and unlock its prefix."""
-    if req.owned_pages:
-        st.pool.give_owned(req.owned_pages)
-    if req.pending_pages is not None:
-        st.pool.give_owned(pending_table(req.pending_pages))
-        req.pending_pages = None
-    req.owned_pages = []
-    req.owned_start_page = req.owned_end_page = 0
-    if req.locked_node is not None:
-        st.cache.unlock(req.locked_node)
-        req.locked_node = None
+    if req.state.owned_pages:
+        st.pool.give_owned(req.state.owned_pages)
+    if req.state.pending_pages is not None:
+        st.pool.give_owned(pending_table(req.state.pending_pages))
+        req.state.pending_pages = None
+    req.state.owned_pages = []
+    req.state.owned_start_page = req.state.owned_end_page = 0
+    if req.state.locked_node is not None:
+        st.cache.unlock(req.state.locked_node)
+        req.state.locked_node = None
 
 
 def abort(st: SchedulerState, req: Request, now: float) -> None:
@@ -174,11 +178,11 @@ def abort(st: SchedulerState, req: Request, now: float) -> None:
         st.decoding.remove(req)
     free_kv(st, req)
     st.running.pop(req.rid, None)
-    req.status = ReqStatus.ABORTED
-    req.finish_time = now
+    req.state.status = ReqStatus.ABORTED
+    req.metrics.finish_time = now
 
 
 def decode_load(st: SchedulerState) -> tuple[int, int]:
     """(decoding requests, their context tokens). Pure."""
     dec = st.decoding
-    return len(dec), sum(r.input_len + r.output_len for r in dec)
+    return len(dec), sum(r.state.input_len + r.state.output_len for r in dec)

@@ -51,7 +51,7 @@ def launch(
     can_run = adder.can_run_list
     _assign_pages(st, can_run, blocks, now)
     for v in preempted:  # requeued by this pass: their lost time starts now
-        v.requeued_time = now
+        v.metrics.requeued_time = now
     # NOTE: a continuation is always admitted first, before the scan.
     st.chunked_req = adder.new_chunked_req or (
         st.chunked_req if can_run and can_run[0] is st.chunked_req else None
@@ -92,36 +92,36 @@ def _assign_pages(
     waiting_status = ReqStatus.WAITING
     offs = [0] * cp
     for req in can_run:
-        if req.status is waiting_status:
-            req.owned_start_page = req.owned_end_page = req.prefix_len // p
-            if req.first_scheduled_time is None:
+        if req.state.status is waiting_status:
+            req.state.owned_start_page = req.state.owned_end_page = req.state.prefix_len // p
+            if req.metrics.first_scheduled_time is None:
                 # Queueing and hits are those of the first scheduling: a requeued
                 # request's re-prefill does not move them.
-                req.first_scheduled_time = now
-                req.device_hit_tokens = req.device_prefix_len
-                req.host_hit_tokens = req.loaded_tokens
-            req.status = prefilling
+                req.metrics.first_scheduled_time = now
+                req.metrics.device_hit_tokens = req.state.device_prefix_len
+                req.metrics.host_hit_tokens = req.state.loaded_tokens
+            req.state.status = prefilling
             running[req.rid] = req
             del waiting[req]
             if lpm is not None:
                 lpm.remove(req)
         # NOTE: prefix_len is page aligned for a new request (a key-unit multiple)
         # and a continuation's prefix ends where its owned pages end.
-        start = req.owned_end_page
-        end = -(-(req.prefix_len + req.extend_input_len) // p)
+        start = req.state.owned_end_page
+        end = -(-(req.state.prefix_len + req.state.extend_input_len) // p)
         if cp == 1:
             o = offs[0]
             offs[0] = o + end - start
-            req.pending_pages = (blocks, [o], [end - start])
+            req.state.pending_pages = (blocks, [o], [end - start])
         else:
             counts = lane_split(start, end - start, cp)
-            req.pending_pages = (blocks, offs[:], counts)
+            req.state.pending_pages = (blocks, offs[:], counts)
             for i, n in enumerate(counts):
                 offs[i] += n
-        req.owned_end_page = end
-        req.num_chunks += 1
-        if req.requeued_time is not None:  # a re-prefill after a requeue
-            req.requeue_recomputed_tokens += req.extend_input_len
+        req.state.owned_end_page = end
+        req.metrics.num_chunks += 1
+        if req.metrics.requeued_time is not None:  # a re-prefill after a requeue
+            req.metrics.requeue_recomputed_tokens += req.state.extend_input_len
 
 
 def step_output(st: SchedulerState, batch: PrefillBatch | None) -> StepOutput:
@@ -137,25 +137,27 @@ def step_output(st: SchedulerState, batch: PrefillBatch | None) -> StepOutput:
     copies = {id(lb.deepest): lb for lb in batch.load_backs}
     out: list[ScheduledReq] = []
     for req in batch.reqs:
-        pending = req.pending_pages
+        pending = req.state.pending_pages
         assert pending is not None  # NOTE: set by launch for every request
-        node = req.locked_node
-        lb = copies.get(id(node)) if req.loaded_tokens else None
-        end = req.prefix_len + req.extend_input_len
+        node = req.state.locked_node
+        lb = copies.get(id(node)) if req.state.loaded_tokens else None
+        end = req.state.prefix_len + req.state.extend_input_len
         out.append(
             ScheduledReq(
                 rid=req.rid,
-                prefix_len=req.prefix_len,
-                loaded_tokens=req.loaded_tokens,
-                extend_start=req.prefix_len,
+                prefix_len=req.state.prefix_len,
+                loaded_tokens=req.state.loaded_tokens,
+                extend_start=req.state.prefix_len,
                 extend_end=end,
                 prefix_path=_prefix_path(node, root, u),
                 prefix_node_pages=0 if node is None else node.end * u,
-                prefix_owned=tuple([t[:] for t in req.owned_pages]) if req.owned_pages else (),
-                new_start_page=req.owned_end_page - sum(pending[2]),
+                prefix_owned=tuple([t[:] for t in req.state.owned_pages])
+                if req.state.owned_pages
+                else (),
+                new_start_page=req.state.owned_end_page - sum(pending[2]),
                 pending=pending,
                 load_back=() if lb is None else tuple(lb.copy_pairs()),
-                is_chunk=end < req.input_len,
+                is_chunk=end < req.state.input_len,
             )
         )
     st.step_seq += 1
@@ -217,32 +219,32 @@ def prefill_done(st: SchedulerState, batch: PrefillBatch, now: float) -> list[Re
         cache.finish_load_back(lb)
     done: list[Request] = []
     for req in batch.reqs:
-        req.computed_tokens = req.prefix_len + req.extend_input_len
-        units = min(req.computed_tokens // kt, len(req.keys))
-        node = req.locked_node
+        req.state.computed_tokens = req.state.prefix_len + req.state.extend_input_len
+        units = min(req.state.computed_tokens // kt, len(req.keys))
+        node = req.state.locked_node
         assert node is not None
-        pending = req.pending_pages
-        req.pending_pages = None
-        if pending is not None and not req.owned_pages:
+        pending = req.state.pending_pages
+        req.state.pending_pages = None
+        if pending is not None and not req.state.owned_pages:
             # The common case: the request owns only this forward's pages, a run of the
             # batch's blocks: insert reads them there, the rest is sliced off.
             blocks, offs, counts = pending
             if units > node.end:
-                req.locked_node = cache.insert(node, req.keys, node.end, units, blocks, offs)
+                req.state.locked_node = cache.insert(node, req.keys, node.end, units, blocks, offs)
                 gone = lane_split(node.end * u, (units - node.end) * u, len(blocks))
-                req.owned_pages = [
+                req.state.owned_pages = [
                     b[o + g : o + c] for b, o, g, c in zip(blocks, offs, gone, counts, strict=True)
                 ]
-                req.owned_start_page = units * u
+                req.state.owned_start_page = units * u
             else:
-                req.owned_pages = pending_table(pending)
+                req.state.owned_pages = pending_table(pending)
         else:
             _cache_into_table(st, req, node, units, pending)
-        if req.computed_tokens >= req.input_len:
-            if req.first_token_time is None:
+        if req.state.computed_tokens >= req.state.input_len:
+            if req.metrics.first_token_time is None:
                 # The first token's time is set once: a re-prefill never moves it.
-                req.first_token_time = now
-                req.output_len = 1 if req.max_new_tokens > 0 else 0
+                req.metrics.first_token_time = now
+                req.state.output_len = 1 if req.max_new_tokens > 0 else 0
             else:
                 _reprefill_done(req, now)
             done.append(req)
@@ -259,49 +261,49 @@ def _cache_into_table(
     ``node`` go to the cache."""
     cache = st.cache
     u = cache.unit_pages
-    owned = req.owned_pages
+    owned = req.state.owned_pages
     if pending is not None:  # this forward's pages join the page table
         new = pending_table(pending)
         owned = [a + b for a, b in zip(owned, new, strict=True)]
     if units > node.end:
-        req.locked_node = cache.insert(node, req.keys, node.end, units, owned)
+        req.state.locked_node = cache.insert(node, req.keys, node.end, units, owned)
         # The inserted head now belongs to the cache (or was freed).
         gone = lane_split(node.end * u, (units - node.end) * u, len(owned))
-        req.owned_pages = [t[n:] for t, n in zip(owned, gone, strict=True)]
-        req.owned_start_page = units * u
+        req.state.owned_pages = [t[n:] for t, n in zip(owned, gone, strict=True)]
+        req.state.owned_start_page = units * u
     else:
         # NOTE: new arrays, so that later chunks and decode (which grow owned_pages in
         # place) never change a step's page snapshot.
-        req.owned_pages = [t[:] for t in owned]
+        req.state.owned_pages = [t[:] for t in owned]
 
 
 def _reprefill_done(req: Request, now: float) -> None:
     """Re-prefill of prompt + kept output after a requeue: it yields the next token, and
     the KV again holds prompt + output_len - 1 tokens. input_len and computed_tokens go
     back to the prompt, as after a first prefill (decode counts prompt + output_len)."""
-    req.output_len += 1
-    req.input_len = req.computed_tokens = req.prompt_len
-    if req.requeued_time is not None:
-        req.requeue_lost_s += now - req.requeued_time
-        req.requeued_time = None
+    req.state.output_len += 1
+    req.state.input_len = req.state.computed_tokens = req.prompt_len
+    if req.metrics.requeued_time is not None:
+        req.metrics.requeue_lost_s += now - req.metrics.requeued_time
+        req.metrics.requeued_time = None
 
 
 def owned_ids(req: Request) -> list[array[int]]:
     """Every page id ``req`` owns: its page table past the prefix, and the step in
     flight's pages."""
-    if req.pending_pages is None:
-        return req.owned_pages
-    new = pending_table(req.pending_pages)
-    if not req.owned_pages:
+    if req.state.pending_pages is None:
+        return req.state.owned_pages
+    new = pending_table(req.state.pending_pages)
+    if not req.state.owned_pages:
         return new
-    return [a + b for a, b in zip(req.owned_pages, new, strict=True)]
+    return [a + b for a, b in zip(req.state.owned_pages, new, strict=True)]
 
 
 def page_table(st: SchedulerState, req: Request) -> list[int]:
     """Engine-facing page ids of ``req``'s sequence pages: its cached prefix, the pages
     it owns and the step in flight's (O(pages)). Pure."""
     parts: list[Node] = []
-    node = req.locked_node
+    node = req.state.locked_node
     root = st.cache.root
     while node is not None and node is not root:
         parts.append(node)
@@ -312,5 +314,5 @@ def page_table(st: SchedulerState, req: Request) -> list[int]:
         out += global_ids(n.pages, n.start * u)
     owned = owned_ids(req)
     if owned:
-        out += global_ids(owned, req.owned_start_page)
+        out += global_ids(owned, req.state.owned_start_page)
     return out

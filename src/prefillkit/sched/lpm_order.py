@@ -211,8 +211,8 @@ class LpmOrder:
         cache = self.cache
         req = m.req
         matched, head = lpm_match(cache, req, self._head_unit)
-        c = req.match_hint  # NOTE: lpm_match refreshed the match
-        node = req.match_node
+        c = req.state.match_hint  # NOTE: lpm_match refreshed the match
+        node = req.state.match_node
         self._unregister(m)
         m.node = None if node is cache.root else node
         # The probe node decides a host hit's in-batch check (its device part).
@@ -221,7 +221,7 @@ class LpmOrder:
             if matched > self._check and node is not None and not node.on_device
             else None
         )
-        m.want = req.keys[c] if c < req.max_match_units else None
+        m.want = req.keys[c] if c < req.state.max_match_units else None
         self._register(m)
         m.matched = matched
         if m.head != head:

@@ -100,7 +100,7 @@ def lpm_match(cache: PrefixCache, req: Request, head_unit: int) -> tuple[int, ob
     c = refresh_match(cache, req)
     matched = c * kt
     if matched > check:
-        n = req.match_node
+        n = req.state.match_node
         if n is None or n.on_device or device_units(cache, req, c) * kt > check:
             return matched, None  # NOTE: a host hit compares its device part
     head: object = req.extra.get(IN_BATCH_HEAD) if req.extra else None
@@ -134,7 +134,7 @@ def order_dfs_weight(waiting: list[Request], cache: PrefixCache) -> list[Request
     rep: dict[Node, list[int]] = {}
     for req in waiting:
         c = refresh_match(cache, req)
-        node = req.match_node
+        node = req.state.match_node
         assert node is not None  # NOTE: refresh_match sets it
         if not node.on_device:  # a host hit: upstream's last_node is the device part
             c = device_units(cache, req, c)

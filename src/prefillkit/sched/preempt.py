@@ -58,7 +58,7 @@ def pick_victims(
             break
         victims.append(r)
         slots += 1
-        tokens += (r.input_len + r.output_len if held is None else held(r)) + (
+        tokens += (r.state.input_len + r.state.output_len if held is None else held(r)) + (
             reserved(r) if reserved is not None else 0
         )
     if slots < slots_needed or tokens < tokens_needed:
@@ -73,8 +73,8 @@ def shortfall(st: SchedulerState, req: Request, adder: PrefillAdder) -> int:
     bound: only its unlocked part does), so the prefix cancels out:
     ``input - prefix + reserved + page`` against ``rem_total_tokens - prefix``. No
     match needed; rare path (the request-slot limit). Pure."""
-    left = req.max_new_tokens - req.output_len  # output kept across a requeue
-    need = req.input_len + min(left, st.cfg.clip_max_new_tokens)
+    left = req.max_new_tokens - req.state.output_len  # output kept across a requeue
+    need = req.state.input_len + min(left, st.cfg.clip_max_new_tokens)
     room = adder.rem_total_tokens - st.page_size
     return 0 if need < room else int(need - room) + 1
 
@@ -82,8 +82,8 @@ def shortfall(st: SchedulerState, req: Request, adder: PrefillAdder) -> int:
 def held_tokens(st: SchedulerState, v: Request) -> float:
     """Tokens that preempting ``v`` makes free or evictable: the pages it owns plus the
     pages of its locked prefix no other request locks. Pure."""
-    pages = v.owned_end_page - v.owned_start_page
-    node = v.locked_node
+    pages = v.state.owned_end_page - v.state.owned_start_page
+    node = v.state.locked_node
     root = st.cache.root
     while node is not None and node is not root:
         if node.lock_ref != 1:
@@ -121,11 +121,11 @@ def try_preempt(
         if not st.reserve_decode:
             return 0.0
         ratio = 1.0 if v.ignore_eos else adder.new_token_ratio
-        return min(v.max_new_tokens - v.output_len, clip) * ratio
+        return min(v.max_new_tokens - v.state.output_len, clip) * ratio
 
     victims = pick_victims(
         req,
-        [r for r in st.decoding if r.status is ReqStatus.DECODING],
+        [r for r in st.decoding if r.state.status is ReqStatus.DECODING],
         slots_needed=slots_needed,
         tokens_needed=tokens_needed,
         threshold=cfg.priority_scheduling_preemption_threshold,

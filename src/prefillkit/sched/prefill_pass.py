@@ -79,7 +79,9 @@ def skip_idle_pass(st: SchedulerState) -> None:
     st.idle_passes_skipped += 1
     st.stats.passes += 1
     if st.affinity_promoted:
-        st.affinity_promoted = [r for r in st.affinity_promoted if r.status is ReqStatus.WAITING]
+        st.affinity_promoted = [
+            r for r in st.affinity_promoted if r.state.status is ReqStatus.WAITING
+        ]
     record_empty_pass(st, CloseReason.MAX_RUNNING_REQUESTS)
 
 
@@ -152,7 +154,7 @@ def full_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
     order, policy_used = pass_order(st, now)
     promoted: list[Request] = []
     if st.affinity_promoted:
-        promoted = [r for r in st.affinity_promoted if r.status is ReqStatus.WAITING]
+        promoted = [r for r in st.affinity_promoted if r.state.status is ReqStatus.WAITING]
         ids = {id(r) for r in promoted}
         order = chain(promoted, (r for r in order if id(r) not in ids))
         st.affinity_promoted = []
@@ -194,12 +196,12 @@ def full_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
             slots += len(victims)
         h = refresh_match(cache, req)
         # NOTE: refresh_match always leaves match_node set.
-        match = match_node(req.match_node, h)  # type: ignore[arg-type]
+        match = match_node(req.state.match_node, h)  # type: ignore[arg-type]
         if affinity_on or lead is EMPTY:
             cls = classify(match.device_units * kt, match.host_units * kt, floor)
         if affinity_on:
             decision = decide(
-                cls, lead, len(skipped), req.affinity_skips, now - req.arrival_time, bounds
+                cls, lead, len(skipped), req.state.affinity_skips, now - req.arrival_time, bounds
             )
             if decision is AffinityDecision.SKIP:
                 skipped.append(req)
@@ -209,7 +211,7 @@ def full_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
             if decision is AffinityDecision.STOP:
                 stops += 1
                 stop_bound = tripped_bound(
-                    len(skipped), req.affinity_skips, now - req.arrival_time, bounds
+                    len(skipped), req.state.affinity_skips, now - req.arrival_time, bounds
                 )
                 st.affinity_promoted.append(req)
                 closed = CloseReason.AFFINITY_STOP
@@ -222,7 +224,7 @@ def full_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
             # Shortfall of the memory test (input - device prefix + max_new + page
             # must stay below rem_total_tokens); at least one token.
             need = (
-                req.input_len
+                req.state.input_len
                 - match.device_units * kt
                 + min(req.max_new_tokens, cfg.clip_max_new_tokens)
                 + st.page_size
@@ -300,11 +302,11 @@ def count_affinity(
     s = st.stats
     n = len(skipped)
     for req in skipped:
-        req.affinity_skips += 1
-        if req.affinity_skips == 1:
+        req.state.affinity_skips += 1
+        if req.state.affinity_skips == 1:
             s.affinity_deferred_requests += 1
-        if req.affinity_skips > s.affinity_max_deferred_passes:
-            s.affinity_max_deferred_passes = req.affinity_skips
+        if req.state.affinity_skips > s.affinity_max_deferred_passes:
+            s.affinity_max_deferred_passes = req.state.affinity_skips
     s.affinity_skips += n
     if n:
         s.affinity_skip_passes += 1

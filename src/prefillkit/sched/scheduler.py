@@ -89,7 +89,7 @@ class Scheduler:
 
     def begin_transfer(self, req: Request) -> None:
         """pd-prefill: the request's KV is being sent out; it keeps its pages."""
-        req.status = ReqStatus.TRANSFERRING
+        req.state.status = ReqStatus.TRANSFERRING
 
     # ------------------------------------------------------------------ decode
     def start_decode(self, req: Request) -> None:
@@ -137,6 +137,9 @@ class Scheduler:
         running = st.running.values()
         check_invariants(
             st.cache,
-            [(r.owned_start_page, r.owned_end_page) for r in running],
-            [(r.rid, r.owned_start_page, launch.owned_ids(r), r.locked_node) for r in running],
+            [(r.state.owned_start_page, r.state.owned_end_page) for r in running],
+            [
+                (r.rid, r.state.owned_start_page, launch.owned_ids(r), r.state.locked_node)
+                for r in running
+            ],
         )

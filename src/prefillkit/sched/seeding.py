@@ -78,7 +78,7 @@ def seed_cached_prefix(sched: SchedulerInterface, keys: list[int] | Request) -> 
             )
         what = f"cached prefix of {req.rid}"
         chain = req.keys
-        units = min(req.input_len // cache.key_tokens, len(chain))
+        units = min(req.state.input_len // cache.key_tokens, len(chain))
     else:
         what = f"cached prefix of {len(keys)} units"
         chain = keys
@@ -138,7 +138,7 @@ def seed_running_request(
     if status is ReqStatus.DECODING:
         start_decode(st, req)
     else:
-        req.status = ReqStatus.TRANSFERRING
+        req.state.status = ReqStatus.TRANSFERRING
 
 
 def _check_seedable(st: SchedulerState, req: Request, output_len: int, status: ReqStatus) -> None:
@@ -151,10 +151,18 @@ def _check_seedable(st: SchedulerState, req: Request, output_len: int, status: R
         )
     if status is ReqStatus.DECODING and not st.reserve_decode:
         raise ValueError(f"cannot seed {rid} as DECODING: this scheduler reserves no decode room")
-    if req.status is not ReqStatus.WAITING or req.locked_node is not None or req.owned_end_page:
-        raise ValueError(f"cannot seed {rid}: not a fresh request (status {req.status.value})")
-    if req.input_len != req.prompt_len or req.output_len:
-        raise ValueError(f"cannot seed {rid}: it has been requeued (kept output {req.output_len})")
+    if (
+        req.state.status is not ReqStatus.WAITING
+        or req.state.locked_node is not None
+        or req.state.owned_end_page
+    ):
+        raise ValueError(
+            f"cannot seed {rid}: not a fresh request (status {req.state.status.value})"
+        )
+    if req.state.input_len != req.prompt_len or req.state.output_len:
+        raise ValueError(
+            f"cannot seed {rid}: it has been requeued (kept output {req.state.output_len})"
+        )
     if rid in st.running or req in st.waiting:
         raise ValueError(f"cannot seed {rid}: the scheduler already holds it")
     if req.key_tokens != st.cache.key_tokens:
@@ -188,9 +196,9 @@ def _admit(st: SchedulerState, req: Request, output_len: int, now: float) -> Non
     cache = st.cache
     u = cache.unit_pages
     kt = cache.key_tokens
-    match = cache.match(req.keys, req.max_match_units)
+    match = cache.match(req.keys, req.state.max_match_units)
     d = match.device_units
-    end_page = -(-(req.input_len + max(output_len - 1, 0)) // st.page_size)
+    end_page = -(-(req.state.input_len + max(output_len - 1, 0)) // st.page_size)
     lanes = lane_split(d * u, end_page - d * u, cache.cp_size)
     _check_free(st, f"running request {req.rid}", lanes)
     node = cache.lock(match.device_node, d)
@@ -198,21 +206,21 @@ def _admit(st: SchedulerState, req: Request, output_len: int, now: float) -> Non
     table = cache.pool.take_owned(lanes) if cache.make_room(lanes) else None
     if table is None:  # pragma: no cover - guarded by _check_free
         raise AssertionError("allocation failed after the free-page check")
-    req.owned_pages = table
-    req.device_prefix_len = req.prefix_len = d * kt
-    req.host_hit_len = match.host_units * kt
-    req.loaded_tokens = 0
-    req.extend_input_len = req.input_len - req.prefix_len
-    req.locked_node = node
-    req.owned_start_page = d * u
-    req.owned_end_page = end_page
-    req.first_scheduled_time = now
-    req.device_hit_tokens = req.prefix_len
-    req.host_hit_tokens = 0
-    req.num_chunks = 1
-    req.status = ReqStatus.PREFILLING
-    req.match_hint = 0
-    req.match_node = None
+    req.state.owned_pages = table
+    req.state.device_prefix_len = req.state.prefix_len = d * kt
+    req.state.host_hit_len = match.host_units * kt
+    req.state.loaded_tokens = 0
+    req.state.extend_input_len = req.state.input_len - req.state.prefix_len
+    req.state.locked_node = node
+    req.state.owned_start_page = d * u
+    req.state.owned_end_page = end_page
+    req.metrics.first_scheduled_time = now
+    req.metrics.device_hit_tokens = req.state.prefix_len
+    req.metrics.host_hit_tokens = 0
+    req.metrics.num_chunks = 1
+    req.state.status = ReqStatus.PREFILLING
+    req.state.match_hint = 0
+    req.state.match_node = None
     st.running[req.rid] = req
 
 
@@ -221,17 +229,17 @@ def _prefill(st: SchedulerState, req: Request, output_len: int, now: float) -> N
     token at ``now`` and ``output_len`` tokens out."""
     cache = st.cache
     u = cache.unit_pages
-    node = req.locked_node
+    node = req.state.locked_node
     assert node is not None
-    req.computed_tokens = req.input_len
-    units = min(req.input_len // cache.key_tokens, len(req.keys))
+    req.state.computed_tokens = req.state.input_len
+    units = min(req.state.input_len // cache.key_tokens, len(req.keys))
     if units > node.end:
-        req.locked_node = cache.insert(node, req.keys, node.end, units, req.owned_pages)
+        req.state.locked_node = cache.insert(node, req.keys, node.end, units, req.state.owned_pages)
         gone = lane_split(node.end * u, (units - node.end) * u, cache.cp_size)
-        req.owned_pages = [t[n:] for t, n in zip(req.owned_pages, gone, strict=True)]
-        req.owned_start_page = units * u
-    req.first_token_time = now
-    req.output_len = output_len
+        req.state.owned_pages = [t[n:] for t, n in zip(req.state.owned_pages, gone, strict=True)]
+        req.state.owned_start_page = units * u
+    req.metrics.first_token_time = now
+    req.state.output_len = output_len
 
 
 def seed_new_token_ratio(sched: SchedulerInterface, ratio: float) -> None:

@@ -35,15 +35,15 @@ def never_fits_reason(st: SchedulerState, req: Request) -> str | None:
     pool = st.pool
     cp = pool.cp_size
     lanes_note = f" ({cp} owner lanes)" if cp > 1 else ""
-    pages = -(-req.input_len // p)
+    pages = -(-req.state.input_len // p)
     lanes = lane_split(0, pages, cp)
     if any(n > cap for n, cap in zip(lanes, pool.capacity, strict=True)):
         return f"needs {pages} KV pages but the pool holds {pool.total_pages}{lanes_note}"
     # NOTE: as the adder reserves: the output still to come (a requeued request keeps
     # its output), clipped.
     clip = st.cfg.clip_max_new_tokens
-    reserved = min(req.max_new_tokens - req.output_len, clip)
-    need = req.input_len + reserved + p
+    reserved = min(req.max_new_tokens - req.state.output_len, clip)
+    need = req.state.input_len + reserved + p
     if need >= pool.total_pages * p:
         return (
             f"prompt + reserved output ({reserved}, clipped at {clip}) + one page = {need} "
@@ -68,14 +68,14 @@ def add_request(st: SchedulerState, req: Request) -> str | None:
     ``req`` REJECTED and counts it."""
     reason = never_fits_reason(st, req)
     if reason is not None:
-        req.status = ReqStatus.REJECTED
-        req.reject_reason = reason
+        req.state.status = ReqStatus.REJECTED
+        req.metrics.reject_reason = reason
         st.stats.rejected += 1
         return reason
-    req.status = ReqStatus.WAITING
+    req.state.status = ReqStatus.WAITING
     # Match once on arrival (like hashing): every later pass confirms or refreshes
     # this length from the hint instead of binary-searching from scratch.
-    req.match_node = None  # NOTE: any node of another cache is void here
+    req.state.match_node = None  # NOTE: any node of another cache is void here
     refresh_match(st.cache, req)
     enqueue(st, req)
     return None

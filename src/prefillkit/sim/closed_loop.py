@@ -136,6 +136,8 @@ class SessionGate:
             return None
         nxt = session_of(succ)
         assert nxt is not None
+        # NOTE: the one write to a request's own fields after construction: a turn's
+        # arrival is its predecessor's answer + think time, set before it arrives.
         succ.arrival_time = t + nxt.think_s
         return succ
 

@@ -483,7 +483,7 @@ class Engine:
             return tokens / self._answer_rate
         if tokens == 0:
             return 0.0
-        ctx = req.input_len + req.max_new_tokens // 2
+        ctx = req.state.input_len + req.max_new_tokens // 2
         return tokens * self.cost.decode_step_time(1, ctx)
 
     def _retire(self, req: Request) -> None:
@@ -496,7 +496,7 @@ class Engine:
     def _rejected_on_requeue(self, requeued: Sequence[Request]) -> None:
         """Count the requeued requests the scheduler rejected (they can never fit again)."""
         for req in requeued:
-            if req.status is ReqStatus.REJECTED:
+            if req.state.status is ReqStatus.REJECTED:
                 self._retire(req)
                 self._answered(req, self.now)
 
@@ -545,7 +545,7 @@ class Engine:
             if not self._answer_at_finish and SESSION in req.extra:
                 self._answered(req, self.now + self._decode_time(req))
             if self.colocated:
-                if req.output_len >= req.max_new_tokens:
+                if req.state.output_len >= req.max_new_tokens:
                     self.sched.finish(req, self.now)
                     self._retire(req)
                     if self._answer_at_finish:
@@ -554,13 +554,15 @@ class Engine:
                     self.sched.start_decode(req)
             else:
                 self.sched.begin_transfer(req)
-                self._push(self.now + self.cost.kv_transfer_time(req.input_len), TRANSFER_DONE, req)
+                self._push(
+                    self.now + self.cost.kv_transfer_time(req.state.input_len), TRANSFER_DONE, req
+                )
 
 
 def report_metrics(engine: Engine) -> dict[str, Any]:
     """The summary's latency statistics, goodput and cached-token totals (records/slo.py,
     cost/cached.py) of a finished ``engine`` run."""
-    done = [r for r in engine.requests if r.first_token_time is not None]
+    done = [r for r in engine.requests if r.metrics.first_token_time is not None]
     out = latency_metrics(
         engine.requests,
         sim_end_s=engine.now,
