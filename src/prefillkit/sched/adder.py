@@ -382,6 +382,7 @@ class PrefillAdder:
         ``budget_state`` keep the reference versions used elsewhere).
         """
         limits = self.limits
+        rs = req.state
         cache = self.cache
         pool = self.pool
         can_run = self.can_run_list
@@ -393,19 +394,19 @@ class PrefillAdder:
             if limits.cp_max_requests is not None and len(can_run) >= limits.cp_max_requests:
                 return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_REQUESTS)
         if match is None:
-            match = cache.match(req.keys, req.state.max_match_units)
+            match = cache.match(req.keys, rs.max_match_units)
         kt = cache.key_tokens
         device_units = match.device_units
         device_prefix = device_units * kt
         host_hit = match.units * kt - device_prefix
-        req.state.device_prefix_len = device_prefix
-        req.state.host_hit_len = host_hit
+        rs.device_prefix_len = device_prefix
+        rs.host_hit_len = host_hit
         # The memory test counts what is left to generate (output kept across a requeue).
-        max_new = req.max_new_tokens - req.state.output_len
+        max_new = req.max_new_tokens - rs.output_len
         if max_new > limits.clip_max_new_tokens:
             max_new = limits.clip_max_new_tokens
         p = self.page_size
-        input_len = req.state.input_len
+        input_len = rs.input_len
         total_tokens = (input_len - device_prefix) + max_new + p
         # NOTE: upstream's form (total >= rem_total_tokens), kept for float exactness.
         if total_tokens >= (pool.free_total + cache.evictable_pages) * p - (
@@ -483,10 +484,10 @@ class PrefillAdder:
             node = lb.deepest
             self.load_backs.append(lb)
             self.batch_load_back_tokens += loaded
-        req.state.locked_node = node
-        req.state.prefix_len = prefix_len
-        req.state.loaded_tokens = loaded
-        req.state.extend_input_len = extend
+        rs.locked_node = node
+        rs.prefix_len = prefix_len
+        rs.loaded_tokens = loaded
+        rs.extend_input_len = extend
         can_run.append(req)
         if truncated:
             self.new_chunked_req = req

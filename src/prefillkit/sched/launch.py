@@ -92,36 +92,38 @@ def _assign_pages(
     waiting_status = ReqStatus.WAITING
     offs = [0] * cp
     for req in can_run:
-        if req.state.status is waiting_status:
-            req.state.owned_start_page = req.state.owned_end_page = req.state.prefix_len // p
-            if req.metrics.first_scheduled_time is None:
+        rs = req.state
+        rm = req.metrics
+        if rs.status is waiting_status:
+            rs.owned_start_page = rs.owned_end_page = rs.prefix_len // p
+            if rm.first_scheduled_time is None:
                 # Queueing and hits are those of the first scheduling: a requeued
                 # request's re-prefill does not move them.
-                req.metrics.first_scheduled_time = now
-                req.metrics.device_hit_tokens = req.state.device_prefix_len
-                req.metrics.host_hit_tokens = req.state.loaded_tokens
-            req.state.status = prefilling
+                rm.first_scheduled_time = now
+                rm.device_hit_tokens = rs.device_prefix_len
+                rm.host_hit_tokens = rs.loaded_tokens
+            rs.status = prefilling
             running[req.rid] = req
             del waiting[req]
             if lpm is not None:
                 lpm.remove(req)
         # NOTE: prefix_len is page aligned for a new request (a key-unit multiple)
         # and a continuation's prefix ends where its owned pages end.
-        start = req.state.owned_end_page
-        end = -(-(req.state.prefix_len + req.state.extend_input_len) // p)
+        start = rs.owned_end_page
+        end = -(-(rs.prefix_len + rs.extend_input_len) // p)
         if cp == 1:
             o = offs[0]
             offs[0] = o + end - start
-            req.state.pending_pages = (blocks, [o], [end - start])
+            rs.pending_pages = (blocks, [o], [end - start])
         else:
             counts = lane_split(start, end - start, cp)
-            req.state.pending_pages = (blocks, offs[:], counts)
+            rs.pending_pages = (blocks, offs[:], counts)
             for i, n in enumerate(counts):
                 offs[i] += n
-        req.state.owned_end_page = end
-        req.metrics.num_chunks += 1
-        if req.metrics.requeued_time is not None:  # a re-prefill after a requeue
-            req.metrics.requeue_recomputed_tokens += req.state.extend_input_len
+        rs.owned_end_page = end
+        rm.num_chunks += 1
+        if rm.requeued_time is not None:  # a re-prefill after a requeue
+            rm.requeue_recomputed_tokens += rs.extend_input_len
 
 
 def step_output(st: SchedulerState, batch: PrefillBatch | None) -> StepOutput:
@@ -137,27 +139,26 @@ def step_output(st: SchedulerState, batch: PrefillBatch | None) -> StepOutput:
     copies = {id(lb.deepest): lb for lb in batch.load_backs}
     out: list[ScheduledReq] = []
     for req in batch.reqs:
-        pending = req.state.pending_pages
+        rs = req.state
+        pending = rs.pending_pages
         assert pending is not None  # NOTE: set by launch for every request
-        node = req.state.locked_node
-        lb = copies.get(id(node)) if req.state.loaded_tokens else None
-        end = req.state.prefix_len + req.state.extend_input_len
+        node = rs.locked_node
+        lb = copies.get(id(node)) if rs.loaded_tokens else None
+        end = rs.prefix_len + rs.extend_input_len
         out.append(
             ScheduledReq(
                 rid=req.rid,
-                prefix_len=req.state.prefix_len,
-                loaded_tokens=req.state.loaded_tokens,
-                extend_start=req.state.prefix_len,
+                prefix_len=rs.prefix_len,
+                loaded_tokens=rs.loaded_tokens,
+                extend_start=rs.prefix_len,
                 extend_end=end,
                 prefix_path=_prefix_path(node, root, u),
                 prefix_node_pages=0 if node is None else node.end * u,
-                prefix_owned=tuple([t[:] for t in req.state.owned_pages])
-                if req.state.owned_pages
-                else (),
-                new_start_page=req.state.owned_end_page - sum(pending[2]),
+                prefix_owned=tuple([t[:] for t in rs.owned_pages]) if rs.owned_pages else (),
+                new_start_page=rs.owned_end_page - sum(pending[2]),
                 pending=pending,
                 load_back=() if lb is None else tuple(lb.copy_pairs()),
-                is_chunk=end < req.state.input_len,
+                is_chunk=end < rs.input_len,
             )
         )
     st.step_seq += 1
@@ -219,32 +220,34 @@ def prefill_done(st: SchedulerState, batch: PrefillBatch, now: float) -> list[Re
         cache.finish_load_back(lb)
     done: list[Request] = []
     for req in batch.reqs:
-        req.state.computed_tokens = req.state.prefix_len + req.state.extend_input_len
-        units = min(req.state.computed_tokens // kt, len(req.keys))
-        node = req.state.locked_node
+        rs = req.state
+        rm = req.metrics
+        rs.computed_tokens = rs.prefix_len + rs.extend_input_len
+        units = min(rs.computed_tokens // kt, len(req.keys))
+        node = rs.locked_node
         assert node is not None
-        pending = req.state.pending_pages
-        req.state.pending_pages = None
-        if pending is not None and not req.state.owned_pages:
+        pending = rs.pending_pages
+        rs.pending_pages = None
+        if pending is not None and not rs.owned_pages:
             # The common case: the request owns only this forward's pages, a run of the
             # batch's blocks: insert reads them there, the rest is sliced off.
             blocks, offs, counts = pending
             if units > node.end:
-                req.state.locked_node = cache.insert(node, req.keys, node.end, units, blocks, offs)
+                rs.locked_node = cache.insert(node, req.keys, node.end, units, blocks, offs)
                 gone = lane_split(node.end * u, (units - node.end) * u, len(blocks))
-                req.state.owned_pages = [
+                rs.owned_pages = [
                     b[o + g : o + c] for b, o, g, c in zip(blocks, offs, gone, counts, strict=True)
                 ]
-                req.state.owned_start_page = units * u
+                rs.owned_start_page = units * u
             else:
-                req.state.owned_pages = pending_table(pending)
+                rs.owned_pages = pending_table(pending)
         else:
             _cache_into_table(st, req, node, units, pending)
-        if req.state.computed_tokens >= req.state.input_len:
-            if req.metrics.first_token_time is None:
+        if rs.computed_tokens >= rs.input_len:
+            if rm.first_token_time is None:
                 # The first token's time is set once: a re-prefill never moves it.
-                req.metrics.first_token_time = now
-                req.state.output_len = 1 if req.max_new_tokens > 0 else 0
+                rm.first_token_time = now
+                rs.output_len = 1 if req.max_new_tokens > 0 else 0
             else:
                 _reprefill_done(req, now)
             done.append(req)
@@ -259,51 +262,56 @@ def _cache_into_table(
     """:func:`prefill_done` for a request that owns pages from earlier chunks (or no
     step pages): this forward's pages join its page table, whose computed key units past
     ``node`` go to the cache."""
+    rs = req.state
     cache = st.cache
     u = cache.unit_pages
-    owned = req.state.owned_pages
+    owned = rs.owned_pages
     if pending is not None:  # this forward's pages join the page table
         new = pending_table(pending)
         owned = [a + b for a, b in zip(owned, new, strict=True)]
     if units > node.end:
-        req.state.locked_node = cache.insert(node, req.keys, node.end, units, owned)
+        rs.locked_node = cache.insert(node, req.keys, node.end, units, owned)
         # The inserted head now belongs to the cache (or was freed).
         gone = lane_split(node.end * u, (units - node.end) * u, len(owned))
-        req.state.owned_pages = [t[n:] for t, n in zip(owned, gone, strict=True)]
-        req.state.owned_start_page = units * u
+        rs.owned_pages = [t[n:] for t, n in zip(owned, gone, strict=True)]
+        rs.owned_start_page = units * u
     else:
         # NOTE: new arrays, so that later chunks and decode (which grow owned_pages in
         # place) never change a step's page snapshot.
-        req.state.owned_pages = [t[:] for t in owned]
+        rs.owned_pages = [t[:] for t in owned]
 
 
 def _reprefill_done(req: Request, now: float) -> None:
     """Re-prefill of prompt + kept output after a requeue: it yields the next token, and
     the KV again holds prompt + output_len - 1 tokens. input_len and computed_tokens go
     back to the prompt, as after a first prefill (decode counts prompt + output_len)."""
-    req.state.output_len += 1
-    req.state.input_len = req.state.computed_tokens = req.prompt_len
-    if req.metrics.requeued_time is not None:
-        req.metrics.requeue_lost_s += now - req.metrics.requeued_time
-        req.metrics.requeued_time = None
+    rs = req.state
+    rm = req.metrics
+    rs.output_len += 1
+    rs.input_len = rs.computed_tokens = req.prompt_len
+    if rm.requeued_time is not None:
+        rm.requeue_lost_s += now - rm.requeued_time
+        rm.requeued_time = None
 
 
 def owned_ids(req: Request) -> list[array[int]]:
     """Every page id ``req`` owns: its page table past the prefix, and the step in
     flight's pages."""
-    if req.state.pending_pages is None:
-        return req.state.owned_pages
-    new = pending_table(req.state.pending_pages)
-    if not req.state.owned_pages:
+    rs = req.state
+    if rs.pending_pages is None:
+        return rs.owned_pages
+    new = pending_table(rs.pending_pages)
+    if not rs.owned_pages:
         return new
-    return [a + b for a, b in zip(req.state.owned_pages, new, strict=True)]
+    return [a + b for a, b in zip(rs.owned_pages, new, strict=True)]
 
 
 def page_table(st: SchedulerState, req: Request) -> list[int]:
     """Engine-facing page ids of ``req``'s sequence pages: its cached prefix, the pages
     it owns and the step in flight's (O(pages)). Pure."""
+    rs = req.state
     parts: list[Node] = []
-    node = req.state.locked_node
+    node = rs.locked_node
     root = st.cache.root
     while node is not None and node is not root:
         parts.append(node)
@@ -314,5 +322,5 @@ def page_table(st: SchedulerState, req: Request) -> list[int]:
         out += global_ids(n.pages, n.start * u)
     owned = owned_ids(req)
     if owned:
-        out += global_ids(owned, req.state.owned_start_page)
+        out += global_ids(owned, rs.owned_start_page)
     return out

@@ -27,18 +27,19 @@ def refresh_match(cache: PrefixCache, req: Request) -> int:
     Keys identify whole prefixes, so these are exactly "keys[h-1] cached, keys[h] not".
     Otherwise the match is recomputed (a binary search over the key chain).
     """
-    h = req.state.match_hint
-    n = req.state.match_node
+    st = req.state
+    h = st.match_hint
+    n = st.match_node
     if (
         n is not None
         and (n.on_device or n.on_host)
         and (n.start < h or n is cache.root)
-        and (h == req.state.max_match_units or h < n.end or req.keys[h] not in n.children)
+        and (h == st.max_match_units or h < n.end or req.keys[h] not in n.children)
     ):
         return h
     keys = req.keys
-    c = req.state.match_hint = cache.match_units(keys, req.state.max_match_units, h)
-    req.state.match_node = cache.index[keys[c - 1]] if c else cache.root
+    c = st.match_hint = cache.match_units(keys, st.max_match_units, h)
+    st.match_node = cache.index[keys[c - 1]] if c else cache.root
     return c
 
 

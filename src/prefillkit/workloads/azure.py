@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from prefillkit.workloads.errors import WorkloadError
-from prefillkit.workloads.jsonl import PathLike, RowError, SkipList, stream_records
+from prefillkit.workloads.json_row import RowError
+from prefillkit.workloads.jsonl import PathLike, SkipList, stream_records
 from prefillkit.workloads.record import TraceRecord
 
 __all__ = ["AZURE_COLUMNS", "iter_azure", "parse_azure_timestamp_ns"]

@@ -31,10 +31,8 @@ import re
 from collections.abc import Iterator
 
 from prefillkit.workloads.errors import WorkloadError
-from prefillkit.workloads.jsonl import (
-    PathLike,
+from prefillkit.workloads.json_row import (
     RowError,
-    SkipList,
     check_hash_len,
     get_int,
     get_int_list,
@@ -43,8 +41,8 @@ from prefillkit.workloads.jsonl import (
     get_seconds,
     parse_json_object,
     show,
-    stream_records,
 )
+from prefillkit.workloads.jsonl import PathLike, SkipList, stream_records
 from prefillkit.workloads.record import TraceRecord
 
 __all__ = ["BAILIAN_BLOCK_SIZE", "bailian_block_size", "iter_bailian", "parse_bailian_line"]

@@ -66,43 +66,24 @@ from typing import IO, Any
 
 from prefillkit.workloads.errors import WorkloadError
 from prefillkit.workloads.json_row import (
-    MAX_JSON_DEPTH,
     RowError,
     as_int,
-    as_number,
     check_hash_len,
     get_int,
     get_int_list,
     get_opt_bool,
     get_opt_int,
     get_seconds,
-    json_too_deep,
-    need,
     parse_json_object,
-    pick,
     show,
 )
 from prefillkit.workloads.record import TraceRecord
 from prefillkit.workloads.sessions import SessionCheck, file_has_sessions, parse_session
 
-#: ``RowError``, ``parse_json_object`` and the field readers are
-#: :mod:`prefillkit.workloads.json_row`'s, re-exported: the loaders import them from here.
+#: A row's own decoding and field readers (``RowError``, ``parse_json_object``, ``get_int``,
+#: ...) are :mod:`prefillkit.workloads.json_row`'s: the loaders import them from there.
 __all__ = [
-    "MAX_JSON_DEPTH",
-    "RowError",
-    "as_int",
-    "as_number",
-    "check_hash_len",
-    "get_int",
-    "get_int_list",
-    "get_opt_bool",
-    "get_opt_int",
-    "get_seconds",
     "iter_jsonl",
-    "json_too_deep",
-    "need",
-    "parse_json_object",
-    "pick",
     "record_to_json",
     "scan_last_turns",
     "show",

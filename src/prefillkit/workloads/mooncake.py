@@ -21,17 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prefillkit.workloads.jsonl import (
-    PathLike,
-    SkipList,
+from prefillkit.workloads.json_row import (
     check_hash_len,
     get_int,
     get_int_list,
     get_opt_bool,
     get_opt_int,
     parse_json_object,
-    stream_records,
 )
+from prefillkit.workloads.jsonl import PathLike, SkipList, stream_records
 from prefillkit.workloads.record import TraceRecord
 
 __all__ = ["MOONCAKE_BLOCK_SIZE", "iter_mooncake", "parse_mooncake_line"]
