@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from prefillkit.app.settings import Config
+from prefillkit.records.run_options import RunOptions
 from prefillkit.records.slo import (
     latency_metrics,
     parse_duration_s,
@@ -22,7 +24,7 @@ def tok_req(rid: str, tokens: list[int], t: float) -> Request:
     return Request.from_tokens(rid, tokens, page_size=1, arrival_time=t, max_new_tokens=4)
 
 
-def chunked_run(**engine_attrs: object) -> SimResult:
+def chunked_run(**options: Any) -> SimResult:
     """Three requests, chunked at 400 tokens: r2 and r3 share r1's first 1,000 tokens."""
     cfg = Config(max_total_tokens=100_000, tp_size=8, chunked_prefill_size=400, page_size=1)
     shared = list(range(1000))
@@ -31,10 +33,7 @@ def chunked_run(**engine_attrs: object) -> SimResult:
         tok_req("r2", shared + list(range(20_000, 20_900)), 30.0),
         tok_req("r3", shared + list(range(30_000, 30_100)), 60.0),
     ]
-    engine = Engine(cfg.sim_settings(), reqs)
-    for k, v in engine_attrs.items():
-        setattr(engine, k, v)
-    return engine.run()
+    return Engine(cfg.sim_settings(), reqs, options=RunOptions(**options)).run()
 
 
 # ---------------------------------------------------------------- cached split

@@ -39,7 +39,7 @@ from prefillkit.app.sglang_memory import (
     sglang_prefill_graph_buckets,
     sglang_reserved_mib,
 )
-from prefillkit.sim.engine import resolve_deployment
+from prefillkit.sim.sizing import resolve_deployment
 
 #: The subject is interpreted code; .ci/run's run on the compiled build deselects it.
 pytestmark = pytest.mark.interpreted

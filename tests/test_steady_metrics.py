@@ -22,6 +22,7 @@ from prefillkit.app.settings import Config, describe
 from prefillkit.cost.roofline import ReqShape
 from prefillkit.records.metrics import BATCH_COLUMNS, REQUEST_COLUMNS, BatchTrace
 from prefillkit.records.output import summary_document, write_run
+from prefillkit.records.run_options import RunOptions
 from prefillkit.records.steady import (
     MAX_WINDOWS,
     busy_before,
@@ -193,7 +194,7 @@ def test_check_window_s_caps_the_window_count() -> None:
         Engine(
             Config(tp_size=8).sim_settings(),
             [_req("a", 0.0, None), _req("b", 1e9, None)],
-            window_s=1.0,
+            options=RunOptions(window_s=1.0),
         )
 
 
@@ -280,7 +281,7 @@ def replay_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SimResul
         WorkloadSpec(trace=str(TRACE), fmt="mooncake", replay=ReplayOptions(max_requests=300)),
         page_size=64,
     )
-    result = Engine(cfg.sim_settings(), w.requests, window_s=10.0).run()
+    result = Engine(cfg.sim_settings(), w.requests, options=RunOptions(window_s=10.0)).run()
     out = tmp_path_factory.mktemp("steady") / "run"
     write_run(
         result,

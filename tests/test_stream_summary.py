@@ -12,6 +12,7 @@ import pytest
 from prefillkit.app.replay import WorkloadSpec, load_requests, open_workload
 from prefillkit.app.settings import Config
 from prefillkit.records.collector import RunCollector
+from prefillkit.records.run_options import RunOptions
 from prefillkit.sim.engine import Engine, SimResult
 from prefillkit.workloads.trace_reader import ReplayOptions
 from test_streaming import CONFIGS
@@ -23,20 +24,21 @@ SPEC = WorkloadSpec(
 )
 
 
+OPTIONS = RunOptions(window_s=5.0, percentiles=(10.0, 50.0, 99.9), slo_ttft_s=1.5)
+
+
 def _run(cfg: Config, streaming: bool, chunk_rows: int = 3, limit: int = 2) -> SimResult:
     page = cfg.resolved_page_size
     if streaming:
         engine = Engine(cfg.sim_settings(), open_workload(SPEC, page_size=page, seed=0).requests,
-                        window_s=5.0)  # fmt: skip
+                        options=OPTIONS)  # fmt: skip
         c = engine.collector
         assert c is not None
         engine.collector = RunCollector(c.terms, c.warm_floor, c.sink,
                                         chunk_rows=chunk_rows, limit=limit)  # fmt: skip
     else:
         listed = load_requests(SPEC, page_size=page, seed=0).requests
-        engine = Engine(cfg.sim_settings(), listed, window_s=5.0)
-    engine.percentiles = (10.0, 50.0, 99.9)
-    engine.slo_ttft_s = 1.5
+        engine = Engine(cfg.sim_settings(), listed, options=OPTIONS)
     return engine.run()
 
 

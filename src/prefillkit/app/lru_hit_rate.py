@@ -11,7 +11,7 @@ from typing import Any
 from prefillkit.app.replay import InputError
 from prefillkit.cache import KVPool, PrefixCache
 from prefillkit.request import Request
-from prefillkit.sim.engine import key_tokens_of
+from prefillkit.sim.sizing import key_tokens_of
 
 __all__ = ["LruHitRate", "lru_hit_rate"]
 

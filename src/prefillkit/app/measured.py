@@ -29,7 +29,8 @@ from prefillkit.cost.deployment import SimSettings
 from prefillkit.cost.roofline import CostModel
 from prefillkit.records.output import atomic_write_text
 from prefillkit.request import Request
-from prefillkit.sim.engine import Deployment, SimResult, resolve_deployment
+from prefillkit.sim.engine import SimResult
+from prefillkit.sim.sizing import Deployment, resolve_deployment
 
 if TYPE_CHECKING:
     from prefillkit.exec.drive import StepDriver

@@ -38,6 +38,7 @@ from prefillkit.cost.deployment import SimSettings
 from prefillkit.cost.roofline import CostModel
 from prefillkit.helpers import wants_helpers
 from prefillkit.records.collector import RowSink
+from prefillkit.records.run_options import RunOptions
 from prefillkit.request import Request
 from prefillkit.sim.engine import Engine, SimResult
 from prefillkit.workloads.block_size import block_size_refusal
@@ -553,7 +554,7 @@ def run_replay(
     executor: str = "sim",
     cost: CostModel | None = None,
     sink: RowSink | None = None,
-    window_s: float | None = None,
+    options: RunOptions | None = None,
 ) -> SimResult:
     """Simulate ``requests`` on the deployment ``settings`` describes.
 
@@ -566,16 +567,17 @@ def run_replay(
     simulator's cost model (default: the deployment's), e.g. a calibrated preset.
     Raises ``SimConfigError`` / ``ConfigError`` for a deployment that cannot be simulated.
     ``requests`` may be an iterator in arrival order (a streaming run: ``sink`` gets the
-    rows, see :class:`~prefillkit.sim.engine.Engine`); ``window_s`` is the steady-state
-    window (default: the engine's).
+    rows, see :class:`~prefillkit.sim.engine.Engine`); ``options``: what the run reports
+    (the steady window, percentiles, the TTFT SLO; default: :class:`RunOptions`'s).
     """
     from prefillkit.app.measured import make_runner
 
     if executor != "sim" and not isinstance(requests, list):
         raise ValueError("a measured executor needs the request list, not a stream")
     runner, dep = make_runner(executor, settings, requests if isinstance(requests, list) else [])
-    kw: dict[str, Any] = {} if window_s is None else {"window_s": window_s}
-    engine = Engine(settings, requests, cost=cost, deployment=dep, runner=runner, sink=sink, **kw)
+    engine = Engine(
+        settings, requests, cost=cost, deployment=dep, runner=runner, sink=sink, options=options
+    )
     bar = _ProgressBar(description) if progress else None
     if bar is not None:
         engine.on_progress = bar.update

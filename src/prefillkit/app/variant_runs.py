@@ -36,6 +36,7 @@ from prefillkit.records.output import (
     summary_document,
     write_run,
 )
+from prefillkit.records.run_options import RunOptions
 from prefillkit.request import Request
 from prefillkit.sched.config import ConfigError
 from prefillkit.sim.engine import SimConfigError
@@ -90,13 +91,13 @@ def _run_one(
     cfg: Config,
     workload_info: dict[str, Any],
     out_dir: str,
-    latency: Mapping[str, Any] | None = None,
+    options: RunOptions | None = None,
     run: RunFlags | None = None,
 ) -> VariantOutcome:
     """Worker: replay the shared records with ``cfg`` and write the run to ``out_dir``.
 
-    ``latency``: engine attributes of the summary's latency metrics (``percentiles``,
-    ``slo_ttft_s``: ``--percentiles`` / ``--slo-ttft``), the same for every variant.
+    ``options``: what the run reports (``--percentiles`` / ``--slo-ttft``), the same for
+    every variant.
     ``run``: what times its forwards (the variant's ``--executor`` / ``--cost-preset``).
     """
     run = run or RunFlags()
@@ -110,8 +111,6 @@ def _run_one(
 
     def configure(engine: Any) -> None:
         nonlocal writer
-        for key, value in (latency or {}).items():
-            setattr(engine, key, value)
         if streaming and engine.collector is not None:
             writer = StreamingRunWriter(out_dir, engine.trace.keys)
             engine.collector.sink = writer
@@ -126,6 +125,7 @@ def _run_one(
             on_start=configure,
             executor=run.executor,
             cost=load_cost_preset(run.cost_preset),
+            options=options,
         )
         doc = summary_document(result, name=name, config=describe(cfg), workload=workload_info)
         doc.update(run_keys(run))
@@ -237,7 +237,7 @@ def run_variants(
     *,
     jobs: int,
     on_done: Callable[[VariantOutcome], None] | None = None,
-    latency: Mapping[str, Any] | None = None,
+    options: RunOptions | None = None,
 ) -> list[VariantOutcome]:
     """Run every variant in a pool of ``jobs`` worker processes; outcomes in variant order.
 
@@ -262,7 +262,7 @@ def run_variants(
             )
             for pv in variants:
                 fut = pool.submit(
-                    _run_one, pv.name, pv.config, info, str(root / pv.name), latency, pv.run
+                    _run_one, pv.name, pv.config, info, str(root / pv.name), options, pv.run
                 )
                 pending[fut] = pv.name
         _collect(pending, outcomes, on_done)

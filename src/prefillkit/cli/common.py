@@ -12,6 +12,7 @@ import click
 
 from prefillkit.app.replay import InputError
 from prefillkit.app.settings import ConfigError, suggest_flag
+from prefillkit.records.run_options import RunOptions
 from prefillkit.records.slo import parse_duration_s, parse_percentiles
 
 __all__ = [
@@ -25,9 +26,9 @@ __all__ = [
     "claim_out_folder",
     "echo_err",
     "echo_skipped",
-    "latency_options",
     "os_reason",
     "positive_float",
+    "run_options",
     "span_error",
     "unknown_flag_message",
 ]
@@ -93,7 +94,23 @@ def echo_skipped(trace: str | None, skipped: list[tuple[int, str]]) -> None:
     echo_err(f"skipped {len(skipped):,} bad rows of {trace} (first: line {line}: {reason})")
 
 
-def latency_options(params: dict[str, Any]) -> tuple[tuple[float, ...] | None, float | None]:
+def run_options(params: dict[str, Any]) -> RunOptions:
+    """``--percentiles``, ``--slo-ttft`` and ``--window-s`` (where the command has it) as
+    the run's :class:`RunOptions` (a default for each one not given); one line for a bad
+    value."""
+    percentiles, slo = _latency_options(params)
+    kw: dict[str, Any] = {"slo_ttft_s": slo}
+    if percentiles is not None:
+        kw["percentiles"] = percentiles
+    if params.get("window_s") is not None:
+        kw["window_s"] = params["window_s"]
+    try:
+        return RunOptions(**kw)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _latency_options(params: dict[str, Any]) -> tuple[tuple[float, ...] | None, float | None]:
     """``--percentiles`` and ``--slo-ttft`` parsed (None when not given)."""
     percentiles: tuple[float, ...] | None = None
     if params.get("percentiles") is not None:

@@ -44,11 +44,12 @@ from prefillkit.cli.common import (
     claim_out_folder,
     echo_err,
     echo_skipped,
-    latency_options,
     os_reason,
+    run_options,
     unknown_flag_message,
 )
 from prefillkit.cli.workload_spec import workload_spec
+from prefillkit.records.run_options import RunOptions
 from prefillkit.report.console import fmt_seconds, make_console
 from prefillkit.report.paired import comparison_table, headline_table
 
@@ -117,15 +118,6 @@ def _jobs(params: dict[str, Any], prepared: list[PreparedVariant]) -> int:
     return jobs
 
 
-def _latency(params: dict[str, Any]) -> dict[str, Any]:
-    """``--percentiles`` and ``--slo-ttft`` as ``run_variants``' ``latency``."""
-    percentiles, slo_ttft_s = latency_options(params)
-    latency: dict[str, Any] = {"slo_ttft_s": slo_ttft_s}
-    if percentiles is not None:
-        latency["percentiles"] = percentiles
-    return latency
-
-
 def _load_workload(spec: WorkloadSpec, baseline: PreparedVariant) -> Workload:
     """The shared workload's records (the workers build their own requests)."""
     config = baseline.config
@@ -145,7 +137,7 @@ class _Comparison:
     prepared: list[PreparedVariant]
     workload: Workload
     jobs: int
-    latency: dict[str, Any]
+    options: RunOptions
 
     @property
     def quiet(self) -> bool:
@@ -178,7 +170,7 @@ class _Comparison:
                     root,
                     jobs=self.jobs,
                     on_done=self._done,
-                    latency=self.latency,
+                    options=self.options,
                 )
             except VariantsInterrupted as exc:
                 echo_err(
@@ -222,11 +214,11 @@ def _prepare(ctx: click.Context, params: dict[str, Any]) -> _Comparison:
         raise InputError("--report needs --out DIR (the report is written to DIR/report.html)")
     prepared = _prepared_variants(ctx, params, shared, spec)
     jobs = _jobs(params, prepared)
-    latency = _latency(params)
+    options = run_options(params)
     if params["out"] is not None:
         claim_out_folder(ctx, params["out"])
     workload = _load_workload(spec, prepared[0])
-    return _Comparison(ctx, params, shared, prepared, workload, jobs, latency)
+    return _Comparison(ctx, params, shared, prepared, workload, jobs, options)
 
 
 def _write(out: str, doc: dict[str, Any], *, quiet: bool) -> None:

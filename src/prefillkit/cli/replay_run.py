@@ -40,8 +40,8 @@ from prefillkit.cli.common import (
     claim_out_folder,
     echo_err,
     echo_skipped,
-    latency_options,
     os_reason,
+    run_options,
     span_error,
     unknown_flag_message,
 )
@@ -49,8 +49,8 @@ from prefillkit.cli.replay_outputs import RunSinks
 from prefillkit.cli.workload_spec import workload_spec
 from prefillkit.records.output import json_ready, summary_document
 from prefillkit.records.result import SimResult
+from prefillkit.records.run_options import RunOptions
 from prefillkit.records.spill import SpillError
-from prefillkit.records.steady import check_window_s
 from prefillkit.report.console import print_summary_table
 from prefillkit.request import Request
 from prefillkit.sim.engine import Engine, SimConfigError
@@ -71,20 +71,11 @@ class ReplayWorkload:
     streaming: bool
 
 
-def _check_window(window_s: float) -> None:
-    try:
-        check_window_s(window_s, ())
-    except ValueError as exc:
-        raise InputError(f"--window-s: {exc}") from None
-
-
-def load_workload(
-    spec: WorkloadSpec, cfg: Config, window_s: float, *, streaming: bool
-) -> ReplayWorkload:
-    """Open (``streaming``) or load the workload; check ``--window-s`` against it."""
+def load_workload(spec: WorkloadSpec, cfg: Config, *, streaming: bool) -> ReplayWorkload:
+    """Open (``streaming``) or load the workload (the engine checks ``--window-s``
+    against its arrivals)."""
     if streaming:
         stream = open_workload(spec, page_size=cfg.resolved_page_size, seed=cfg.seed)
-        _check_window(window_s)
         source = stream.info["source"]
         return ReplayWorkload(
             stream.requests, source, stream.skipped_rows, stream.finish_info, True
@@ -92,11 +83,6 @@ def load_workload(
     workload = load_requests(spec, page_size=cfg.resolved_page_size, seed=cfg.seed)
     if workload.skipped_rows:
         echo_skipped(spec.trace, workload.skipped_rows)
-    _check_window(window_s)
-    try:
-        check_window_s(window_s, (r.arrival_time for r in workload.requests))
-    except ValueError as exc:
-        raise InputError(span_error(f"--window-s: {exc}", spec.trace)) from None
     return ReplayWorkload(
         workload.requests,
         workload.info["source"],
@@ -117,8 +103,7 @@ class ReplayRun:
     out: str | None
     name: str
     run_flags: RunFlags
-    percentiles: tuple[float, ...] | None
-    slo_ttft_s: float | None
+    options: RunOptions
     workload: ReplayWorkload
     sinks: RunSinks
 
@@ -127,11 +112,7 @@ class ReplayRun:
         return bool(self.params["quiet"])
 
     def announce(self, engine: Engine) -> None:
-        """Set the engine's metrics options and files; say what runs (not quiet)."""
-        engine.window_s = self.params["window_s"]
-        if self.percentiles is not None:
-            engine.percentiles = self.percentiles
-        engine.slo_ttft_s = self.slo_ttft_s
+        """Attach the run's files to the engine; say what runs (not quiet)."""
         self.sinks.attach(engine)
         if not self.quiet:
             for text in self._header():
@@ -165,6 +146,7 @@ class ReplayRun:
                 on_start=self.announce,
                 executor=self.params["executor"],
                 cost=load_cost_preset(self.run_flags.cost_preset),
+                options=self.options,
             )
         except (ConfigError, SimConfigError) as exc:
             # A deployment the simulator cannot build: name the --config file when the
@@ -232,13 +214,11 @@ def prepare_replay(ctx: click.Context, params: dict[str, Any]) -> ReplayRun:
     cfg = with_stated_decode_rate(resolved.config, spec)
     out, name = _out_folder(ctx, params)
     run_flags = _run_flags(params, cfg)
-    percentiles, slo_ttft_s = latency_options(params)
+    options = run_options(params)
     streaming = run_flags.executor == "sim"
-    workload = load_workload(spec, cfg, params["window_s"], streaming=streaming)
+    workload = load_workload(spec, cfg, streaming=streaming)
     sinks = RunSinks(out, params["trace_events"], streaming=streaming)
-    return ReplayRun(
-        params, resolved, spec, cfg, out, name, run_flags, percentiles, slo_ttft_s, workload, sinks
-    )
+    return ReplayRun(params, resolved, spec, cfg, out, name, run_flags, options, workload, sinks)
 
 
 def _print_result(run: ReplayRun, result: SimResult, doc: dict[str, Any]) -> None:

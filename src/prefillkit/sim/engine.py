@@ -7,7 +7,8 @@ would and asks the cost model how long each forward takes: one ``breakdown`` cal
 batch, whose ``"total"`` is the forward time and whose terms go to ``batches.csv``. Each
 batch is recorded in a :class:`~prefillkit.records.metrics.BatchTrace` (which requests ran in
 it, in order); the summary adds the steady-state metrics of
-:mod:`prefillkit.records.steady` over windows of ``window_s`` seconds.
+:mod:`prefillkit.records.steady` over windows of ``options.window_s`` seconds
+(:class:`~prefillkit.records.run_options.RunOptions`: what the run reports, checked once).
 
 Modes:
 - ``pd-prefill``: a prefill server of a PD-disaggregated deployment. After the forward
@@ -25,21 +26,19 @@ import itertools
 import math
 import time as wallclock
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prefillkit.cost.cached import cached_totals, split_cached
 from prefillkit.cost.deployment import SimSettings
 from prefillkit.cost.forward_models import cost_model_for_config, cost_model_record
-from prefillkit.cost.gpus import get_gpu
 from prefillkit.cost.roofline import CostModel, ReqShape
 from prefillkit.records.collector import RowSink, RunCollector
 from prefillkit.records.metrics import BatchRecord, BatchTrace, summarize
 from prefillkit.records.result import SimResult
-from prefillkit.records.slo import DEFAULT_PERCENTILES, latency_metrics
+from prefillkit.records.run_options import RunOptions
+from prefillkit.records.slo import latency_metrics
 from prefillkit.records.steady import (
-    DEFAULT_WINDOW_S,
     MAX_WINDOWS,
     check_window_s,
     steady_metrics,
@@ -50,6 +49,7 @@ from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_f
 from prefillkit.sched.interface import SchedulerInterface, StepOutput, build_scheduler
 from prefillkit.sim.closed_loop import SessionGate
 from prefillkit.sim.decode_steps import DecodeSteps
+from prefillkit.sim.sizing import Deployment, SimConfigError, resolve_deployment
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,58 +81,6 @@ class StepRunner(Protocol):
     def forward(self, step: StepOutput, reqs: Sequence[Request]) -> dict[str, float]: ...
 
 
-class SimConfigError(ValueError):
-    """A deployment that cannot be simulated (one line, names the flag)."""
-
-
-@dataclass(slots=True)
-class Deployment:
-    """Resolved sizes of the simulated deployment."""
-
-    total_pages: int
-    host_pages: int
-    key_tokens: int
-    num_gpus: int
-    device_memory_bytes: float
-    weights_bytes_per_gpu: float
-
-    def as_dict(self, page_size: int) -> dict[str, Any]:
-        return {
-            "total_pages": self.total_pages,
-            "kv_pool_tokens": self.total_pages * page_size,
-            "host_pages": self.host_pages,
-            "key_tokens": self.key_tokens,
-            "num_gpus": self.num_gpus,
-        }
-
-
-def key_tokens_of(requests: list[Request], page_size: int) -> int:
-    sizes = {r.key_tokens for r in requests if r.keys}
-    if len(sizes) > 1:
-        raise SimConfigError(f"requests use different key-unit sizes {sorted(sizes)}")
-    return sizes.pop() if sizes else page_size
-
-
-def resolve_deployment(cfg: SimSettings, requests: Iterable[Request]) -> Deployment:
-    try:
-        gpu = get_gpu(cfg.gpu)
-    except KeyError as e:
-        raise SimConfigError(f"--gpu: {e.args[0]}") from None
-    model = cfg.model_spec
-    num_gpus = cfg.tp_size
-    weights = model.weight_bytes / num_gpus
-    mem = cfg.device_memory_gb * 1e9 if cfg.device_memory_gb else gpu.memory_bytes
-    total_pages = cfg.total_pages(weights, mem / 1e9)
-    return Deployment(
-        total_pages=total_pages,
-        host_pages=cfg.host_pages(total_pages),
-        key_tokens=key_tokens_of(list(requests), cfg.page_size),
-        num_gpus=num_gpus,
-        device_memory_bytes=mem,
-        weights_bytes_per_gpu=weights,
-    )
-
-
 class Engine:
     """The event loop over ``requests``.
 
@@ -152,70 +100,27 @@ class Engine:
         cost: CostModel | None = None,
         deployment: Deployment | None = None,
         on_progress: Callable[[int, int], None] | None = None,
-        window_s: float = DEFAULT_WINDOW_S,
+        options: RunOptions | None = None,
         runner: StepRunner | None = None,
         sink: RowSink | None = None,
         total: int | None = None,
     ) -> None:
+        self.cfg = cfg
+        # What the run reports: the steady window, percentiles, the TTFT SLO (checked).
+        self.options = options if options is not None else RunOptions()
         self.streaming = not isinstance(requests, list)
-        if self.streaming:
-            if not (
-                isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s > 0
-            ):
-                try:
-                    check_window_s(window_s, ())
-                except ValueError as e:
-                    raise SimConfigError(f"--window-s: {e}") from None
-            it = iter(requests)
-            head = []
-            for req in it:  # up to the first request with a key chain (usually the first)
-                head.append(req)
-                if req.keys or len(head) >= KEY_UNIT_LOOKAHEAD:
-                    break
-            source: Iterator[Request] = itertools.chain(head, it)
-            self.requests: list[Request] = []
-            self.total = total
-        else:
-            assert isinstance(requests, list)
-            try:
-                check_window_s(window_s, (r.arrival_time for r in requests))
-            except ValueError as e:
-                raise SimConfigError(f"--window-s: {e}") from None
-            head = requests
-            self.requests = requests
-            source = iter(sorted(requests, key=lambda r: r.arrival_time))
-            self.total = len(requests)
+        self.requests: list[Request] = requests if isinstance(requests, list) else []
+        self.total = total if self.streaming else len(self.requests)
+        head, source = self._open(requests)
         # Session turns arrive closed-loop unless cfg.open_loop (sim/closed_loop.py).
         self.sessions = SessionGate(source, closed_loop=not cfg.open_loop)
         self._arrivals: Iterator[Request] = self.sessions
-        self.cfg = cfg
         self.dep = deployment or resolve_deployment(cfg, head)
-        model = cfg.model_spec
         self.cost: CostModel = cost or cost_model_for_config(cfg, self.dep.num_gpus)
-        buffer_ctx = BufferEstimatorContext(
-            model=model,
-            kv_cache_dtype=cfg.resolved_kv_cache_dtype,
-            cp_size=cfg.cp_size,
-            page_size=cfg.page_size,
-        )
-        limit = cfg.scheduler.cp_shared_kv_prefill_max_buffer_size
-        if limit is not None:
-            free = self.dep.device_memory_bytes * (1.0 - cfg.mem_fraction_static)
-            try:
-                check_buffer_limit_fits(limit, int(free))
-            except ValueError as e:
-                raise SimConfigError(f"--cp-shared-kv-prefill-max-buffer-size: {e}") from None
         self.colocated = cfg.mode == "colocated"
         # NOTE: the loop drives the scheduler through its typed interface only
         # (tests/test_interface.py checks it).
-        self.sched: SchedulerInterface = build_scheduler(
-            cfg.scheduler,
-            self.dep.total_pages,
-            self.dep.key_tokens,
-            host_pages=self.dep.host_pages,
-            buffer_ctx=buffer_ctx,
-            reserve_decode=self.colocated,
-        )
+        self.sched: SchedulerInterface = self._build_scheduler()
         # A real executor timing each forward instead of the cost model (see StepRunner).
         self.runner = runner
         if runner is not None:
@@ -223,16 +128,9 @@ class Engine:
         self.on_progress = on_progress
         self.stop_requested = False
         self.batches: list[BatchRecord] = []
-        # Steady-state window length (seconds; see prefillkit.records.steady).
-        self.window_s = window_s
-        # Percentiles shown and the TTFT SLO of the goodput (prefillkit.records.slo).
-        self.percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
-        self.slo_ttft_s: float | None = None
-        keys = runner.breakdown_keys if runner is not None else self.cost.breakdown_keys
-        self.trace = BatchTrace(tuple(keys))
+        self.trace = BatchTrace(tuple((runner or self.cost).breakdown_keys))
         # Colocated decode steps keep the executor busy too: (start, duration) each.
-        # NOTE: arrays of doubles, not lists of floats: one pair per decode step
-        # (sim/decode_steps.py).
+        # NOTE: arrays of doubles, one pair per decode step (sim/decode_steps.py).
         self._decode_starts = array("d")
         self._decode_durations = array("d")
         self._heap: list[tuple[float, int, int, int, Any]] = []
@@ -245,11 +143,8 @@ class Engine:
         self.busy = False
         self.finished = 0
         self.arrived = 0
-        self.collector: RunCollector | None = None
-        if self.streaming:
-            self.collector = RunCollector(
-                self.trace.keys, cfg.scheduler.affinity_warm_floor_tokens, sink
-            )
+        floor = cfg.scheduler.affinity_warm_floor_tokens
+        self.collector = RunCollector(self.trace.keys, floor, sink) if self.streaming else None
         self._first_arrival: float | None = None
         self._window_limit = math.inf
         # A list run's requests as they arrived (closed-loop turns leave the list's order).
@@ -257,6 +152,52 @@ class Engine:
         # A session turn answers at its simulated finish, else first token + _decode_time.
         self._answer_rate = cfg.session_decode_tokens_per_s
         self._answer_at_finish = self.colocated and self._answer_rate is None
+
+    def _open(
+        self, requests: list[Request] | Iterator[Request]
+    ) -> tuple[list[Request], Iterator[Request]]:
+        """The requests that size the deployment (a stream's head: up to its first key
+        chain) and the arrival source. A list run's window count is checked here, over
+        its whole arrival span (a stream's as requests arrive: :meth:`_arrive`)."""
+        if not isinstance(requests, list):
+            it = iter(requests)
+            head: list[Request] = []
+            for req in it:  # up to the first request with a key chain (usually the first)
+                head.append(req)
+                if req.keys or len(head) >= KEY_UNIT_LOOKAHEAD:
+                    break
+            return head, itertools.chain(head, it)
+        try:
+            check_window_s(self.options.window_s, (r.arrival_time for r in requests))
+        except ValueError as e:
+            raise SimConfigError(f"--window-s: {e}") from None
+        return requests, iter(sorted(requests, key=lambda r: r.arrival_time))
+
+    def _build_scheduler(self) -> SchedulerInterface:
+        """The scheduler over this deployment's pools (and its CP buffer limit checked
+        against the memory left beside the pool)."""
+        cfg = self.cfg
+        buffer_ctx = BufferEstimatorContext(
+            model=cfg.model_spec,
+            kv_cache_dtype=cfg.resolved_kv_cache_dtype,
+            cp_size=cfg.cp_size,
+            page_size=cfg.page_size,
+        )
+        limit = cfg.scheduler.cp_shared_kv_prefill_max_buffer_size
+        if limit is not None:
+            free = self.dep.device_memory_bytes * (1.0 - cfg.mem_fraction_static)
+            try:
+                check_buffer_limit_fits(limit, int(free))
+            except ValueError as e:
+                raise SimConfigError(f"--cp-shared-kv-prefill-max-buffer-size: {e}") from None
+        return build_scheduler(
+            cfg.scheduler,
+            self.dep.total_pages,
+            self.dep.key_tokens,
+            host_pages=self.dep.host_pages,
+            buffer_ctx=buffer_ctx,
+            reserve_decode=self.colocated,
+        )
 
     def _push(self, t: float, kind: int, payload: Any) -> None:
         self._seq += 1
@@ -296,37 +237,7 @@ class Engine:
                 gc.unfreeze()
                 gc.enable()
         partial = self.stop_requested and (bool(self._heap) or nxt is not None)
-        counters = self.sched.counters()
-        counters["stuck"] = 0 if partial else self.sched.num_pending()
-        collector = self.collector
-        if collector is not None:
-            collector.close(partial, self.now)
-            summary = collector.summary(
-                counters=counters,
-                percentiles=self.percentiles,
-                slo_ttft_s=self.slo_ttft_s,
-                sim_end_s=self.now,
-                busy=self._decode_busy(),
-                window_s=self.window_s,
-            )
-            classes: dict[str, str] = {}
-        else:
-            if partial:
-                self.requests = self._arrival_order
-            elif self.sessions.sessions:
-                self.requests = self._in_arrival_order()
-            summary = summarize(self.requests, self.batches, counters=counters, sim_end_s=self.now)
-            summary.update(report_metrics(self))
-            classes = self.trace.cache_classes(self.cfg.scheduler.affinity_warm_floor_tokens)
-            summary.update(
-                steady_metrics(
-                    self.requests,
-                    self._busy_intervals(),
-                    classes,
-                    window_s=self.window_s,
-                    sim_end_s=self.now,
-                )
-            )
+        summary, classes = self._summary(partial)
         summary.update(self.sessions.metrics(self._answer_rate, self._answer_at_finish))
         if partial:  # NOTE: it counts the requests that had arrived; the rest are not drawn
             summary["arrived"] = self.arrived
@@ -343,6 +254,43 @@ class Engine:
             cache_classes=classes,
             extra={"decode_steps": DecodeSteps(self._decode_starts, self._decode_durations)},
         )
+
+    def _summary(self, partial: bool) -> tuple[dict[str, Any], dict[str, str]]:
+        """The run's summary and its requests' cache classes (a list run's; a streaming
+        run's collector keeps its own): from the collector's columns, or from the kept
+        requests and batches."""
+        counters = self.sched.counters()
+        counters["stuck"] = 0 if partial else self.sched.num_pending()
+        collector = self.collector
+        if collector is not None:
+            collector.close(partial, self.now)
+            summary = collector.summary(
+                counters=counters,
+                percentiles=self.options.percentiles,
+                slo_ttft_s=self.options.slo_ttft_s,
+                sim_end_s=self.now,
+                busy=self._decode_busy(),
+                window_s=self.options.window_s,
+            )
+            classes: dict[str, str] = {}
+        else:
+            if partial:
+                self.requests = self._arrival_order
+            elif self.sessions.sessions:
+                self.requests = self._in_arrival_order()
+            summary = summarize(self.requests, self.batches, counters=counters, sim_end_s=self.now)
+            summary.update(report_metrics(self))
+            classes = self.trace.cache_classes(self.cfg.scheduler.affinity_warm_floor_tokens)
+            summary.update(
+                steady_metrics(
+                    self.requests,
+                    self._busy_intervals(),
+                    classes,
+                    window_s=self.options.window_s,
+                    sim_end_s=self.now,
+                )
+            )
+        return summary, classes
 
     def _loop(self) -> Request | None:
         """The event loop, until nothing is left or a stop is requested; the first
@@ -395,10 +343,10 @@ class Engine:
             t = req.arrival_time
             if self._first_arrival is None:
                 self._first_arrival = t
-                self._window_limit = t + MAX_WINDOWS * self.window_s
+                self._window_limit = t + MAX_WINDOWS * self.options.window_s
             elif t >= self._window_limit:
                 try:
-                    check_window_s(self.window_s, (self._first_arrival, t), so_far=True)
+                    check_window_s(self.options.window_s, (self._first_arrival, t), so_far=True)
                 except ValueError as e:
                     raise SimConfigError(f"--window-s: {e}") from None
             collector.arrive(req)
@@ -566,8 +514,8 @@ def report_metrics(engine: Engine) -> dict[str, Any]:
     out = latency_metrics(
         engine.requests,
         sim_end_s=engine.now,
-        percentiles=engine.percentiles,
-        slo_ttft_s=engine.slo_ttft_s,
+        percentiles=engine.options.percentiles,
+        slo_ttft_s=engine.options.slo_ttft_s,
     )
     out.update(cached_totals(engine.batches, sum(r.prompt_len for r in done)))
     return out
@@ -579,7 +527,7 @@ def simulate(
     *,
     cost: CostModel | None = None,
     on_progress: Callable[[int, int], None] | None = None,
-    window_s: float = DEFAULT_WINDOW_S,
+    options: RunOptions | None = None,
 ) -> SimResult:
     """Replay ``requests`` through the scheduler on the configured deployment."""
-    return Engine(cfg, requests, cost=cost, on_progress=on_progress, window_s=window_s).run()
+    return Engine(cfg, requests, cost=cost, on_progress=on_progress, options=options).run()
