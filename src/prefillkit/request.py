@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -407,3 +407,46 @@ class Request:
         st.pending_pages = None
         if now is not None and self.metrics.requeued_time is None:
             self.metrics.requeued_time = now
+
+
+# --------------------------------------------------------------------------- key units
+# NOTE: the scheduler's cache keys one unit of tokens, so every keyed request of a run
+# has the same ``key_tokens``: the rule, for a list at once or a stream request by
+# request; its callers say where the requests came from (a trace file, the engine).
+
+
+class KeyUnitError(ValueError):
+    """A keyed request whose key unit differs from the run's (one line)."""
+
+
+class KeyUnitCheck:
+    """The key unit of the keyed requests seen so far: the first one's, or ``expected``
+    (the unit a run was built with, before any keyed request was seen)."""
+
+    __slots__ = ("first", "unit")
+
+    def __init__(self, expected: int | None = None) -> None:
+        self.first: Request | None = None
+        self.unit: int | None = expected
+
+    def check(self, req: Request) -> None:
+        """Note ``req``; ``KeyUnitError`` if it has keys of another unit."""
+        if not req.keys:
+            return
+        if self.unit is None:
+            self.first, self.unit = req, req.key_tokens
+        elif req.key_tokens != self.unit:
+            had = (
+                f"request {self.first.rid!r} has {self.unit}"
+                if self.first is not None
+                else f"the run's key unit is {self.unit}"
+            )
+            raise KeyUnitError(
+                f"request {req.rid!r} has key units of {req.key_tokens} tokens but {had}"
+            )
+
+    def check_all(self, requests: Iterable[Request]) -> KeyUnitCheck:
+        """:meth:`check` each of ``requests``; ``self``."""
+        for req in requests:
+            self.check(req)
+        return self

@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +39,7 @@ from prefillkit.cost.roofline import CostModel
 from prefillkit.helpers import wants_helpers
 from prefillkit.records.collector import RowSink
 from prefillkit.records.run_options import RunOptions
-from prefillkit.request import Request
+from prefillkit.request import KeyUnitCheck, KeyUnitError, Request
 from prefillkit.sim.engine import Engine, SimResult
 from prefillkit.workloads.block_size import block_size_refusal
 from prefillkit.workloads.bundled import resolve_trace
@@ -314,15 +314,15 @@ def _counted_requests(
     built: Iterator[Request], page_size: int, count: list[int], trace: str | None
 ) -> Iterator[Request]:
     """``built``, counted into ``count`` and (a trace) checked for one key-unit size."""
-    first: Request | None = None
+    units = KeyUnitCheck()
     n = 0
     try:
         for req in built:
             if trace is not None and req.keys:
-                if first is None:
-                    first = req
-                elif req.key_tokens != first.key_tokens:
-                    _check_key_units((first, req), trace, page_size)
+                try:
+                    units.check(req)
+                except KeyUnitError:
+                    _check_key_units((units.first or req, req), trace, page_size)
             n += 1
             count[0] = n
             yield req
@@ -438,23 +438,18 @@ def load_requests(spec: WorkloadSpec, *, page_size: int, seed: int = 0) -> Workl
     return Workload(requests=requests, records=records, info=info, skipped_rows=skipped)
 
 
-def _check_key_units(requests: Sequence[Request], path: str, page_size: int) -> None:
-    """One key-unit size for the whole trace (``lcm(page, block size)`` per request), or a
-    ``WorkloadError`` naming the trace and the first request that differs."""
-    first: Request | None = None
-    for req in requests:
-        if not req.keys:
-            continue
-        if first is None:
-            first = req
-        elif req.key_tokens != first.key_tokens:
-            raise WorkloadError(
-                path,
-                None,
-                f"request {req.rid!r} has key units of {req.key_tokens} tokens but request "
-                f"{first.rid!r} has {first.key_tokens} (page size {page_size}): the block "
-                "sizes of one trace must give one key unit",
-            )
+def _check_key_units(requests: Iterable[Request], path: str, page_size: int) -> None:
+    """One key-unit size for the whole trace (``lcm(page, block size)`` per request,
+    request.py), or a ``WorkloadError`` naming the trace and the first
+    request that differs."""
+    try:
+        KeyUnitCheck().check_all(requests)
+    except KeyUnitError as e:
+        raise WorkloadError(
+            path,
+            None,
+            f"{e} (page size {page_size}): the block sizes of one trace must give one key unit",
+        ) from None
 
 
 # --------------------------------------------------------------------------- replay

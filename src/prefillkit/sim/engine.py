@@ -44,7 +44,7 @@ from prefillkit.records.steady import (
     steady_metrics,
 )
 from prefillkit.records.stream_summary import BusyChunks
-from prefillkit.request import SESSION, ReqStatus, Request
+from prefillkit.request import SESSION, KeyUnitCheck, KeyUnitError, ReqStatus, Request
 from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
 from prefillkit.sched.interface import SchedulerInterface, StepOutput, build_scheduler
 from prefillkit.sim.closed_loop import SessionGate
@@ -145,6 +145,8 @@ class Engine:
         self.arrived = 0
         floor = cfg.scheduler.affinity_warm_floor_tokens
         self.collector = RunCollector(self.trace.keys, floor, sink) if self.streaming else None
+        # A stream's key units, checked as requests arrive (a list's: resolve_deployment).
+        self._key_units = KeyUnitCheck(self.dep.key_tokens)
         self._first_arrival: float | None = None
         self._window_limit = math.inf
         # A list run's requests as they arrived (closed-loop turns leave the list's order).
@@ -335,11 +337,10 @@ class Engine:
             self._arrival_order.append(req)
         collector = self.collector
         if collector is not None:
-            if req.keys and req.key_tokens != self.dep.key_tokens:
-                raise SimConfigError(
-                    f"requests use different key-unit sizes "
-                    f"{sorted({req.key_tokens, self.dep.key_tokens})}"
-                )
+            try:
+                self._key_units.check(req)
+            except KeyUnitError as e:
+                raise SimConfigError(str(e)) from None
             t = req.arrival_time
             if self._first_arrival is None:
                 self._first_arrival = t

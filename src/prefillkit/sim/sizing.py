@@ -10,7 +10,7 @@ from typing import Any
 
 from prefillkit.cost.deployment import SimSettings
 from prefillkit.cost.gpus import get_gpu
-from prefillkit.request import Request
+from prefillkit.request import KeyUnitCheck, KeyUnitError, Request
 
 __all__ = ["Deployment", "SimConfigError", "key_tokens_of", "resolve_deployment"]
 
@@ -41,10 +41,13 @@ class Deployment:
 
 
 def key_tokens_of(requests: list[Request], page_size: int) -> int:
-    sizes = {r.key_tokens for r in requests if r.keys}
-    if len(sizes) > 1:
-        raise SimConfigError(f"requests use different key-unit sizes {sorted(sizes)}")
-    return sizes.pop() if sizes else page_size
+    """The run's key unit: its keyed requests' one unit (request.py), or the
+    page size when none has keys."""
+    try:
+        unit = KeyUnitCheck().check_all(requests).unit
+    except KeyUnitError as e:
+        raise SimConfigError(str(e)) from None
+    return page_size if unit is None else unit
 
 
 def resolve_deployment(cfg: SimSettings, requests: Iterable[Request]) -> Deployment:
