@@ -4,7 +4,8 @@
 Each field is a knob: its name (spelled like SGLang's ``ServerArgs`` where SGLang has the
 flag, so ``chunked_prefill_size`` is ``--chunked-prefill-size``), its type, its default,
 and ``help`` and ``group`` metadata (the CLI makes one option per field from them, the
-knob table one row). :class:`Knobs` only declares; :class:`~prefillkit.app.settings.Config`
+knob table one row). A scheduler knob's default is :class:`SchedulerConfig`'s
+(``_sched``): declared there, once. :class:`Knobs` only declares; :class:`~prefillkit.app.settings.Config`
 adds the normalisation and the validation, and the readers of the knobs' sources
 (:mod:`prefillkit.app.config_file`, :mod:`prefillkit.app.flags`) type their values from
 these declarations (:mod:`prefillkit.app.knob_types`).
@@ -12,10 +13,12 @@ these declarations (:mod:`prefillkit.app.knob_types`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from prefillkit.models import MODELS
+from prefillkit.sched.config import SchedulerConfig
 
 __all__ = ["GROUPS", "Knobs"]
 
@@ -29,6 +32,16 @@ GROUPS: tuple[str, ...] = (
     "affinity",
     "deployment",
 )
+
+
+#: The scheduler's own defaults (sched/config.py): a scheduler knob's default is declared
+#: there, once.
+_SCHED_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(SchedulerConfig)}
+
+
+def _sched(name: str, help: str, group: str) -> Any:
+    """A knob of the scheduler's :class:`SchedulerConfig`: its default is the config's."""
+    return _knob(_SCHED_DEFAULTS[name], help, group)
 
 
 def _knob(default: Any, help: str, group: str) -> Any:
@@ -71,84 +84,100 @@ class Knobs:
     )
 
     # ----------------------------------------------------------------- scheduler core
-    max_prefill_tokens: int = _knob(
-        16384, "Legacy input-token budget of one prefill batch (rem_input_tokens).", "scheduler"
+    max_prefill_tokens: int = _sched(
+        "max_prefill_tokens",
+        "Legacy input-token budget of one prefill batch (rem_input_tokens).",
+        "scheduler",
     )
-    chunked_prefill_size: int | None = _knob(
-        8192,
+    chunked_prefill_size: int | None = _sched(
+        "chunked_prefill_size",
         "Chunk budget per prefill batch (rem_chunk_tokens); -1 or none disables chunking. "
         "A launch line without it gets SGLang's GPU-dependent default (16384 from 160 GiB "
         "of GPU memory, 8192 from 60 GiB, less below).",
         "scheduler",
     )
-    max_running_requests: int | None = _knob(
-        None,
+    max_running_requests: int | None = _sched(
+        "max_running_requests",
         "Slot limit: requests holding KV at once; unset = min(4096, pool tokens / 2).",
         "scheduler",
     )
-    schedule_policy: str = _knob(
-        "fcfs", "Waiting-queue order: fcfs, lpm, dfs-weight or lof.", "scheduler"
+    schedule_policy: str = _sched(
+        "schedule_policy", "Waiting-queue order: fcfs, lpm, dfs-weight or lof.", "scheduler"
     )
-    lpm_fallback_queue_len: int | None = _knob(
-        None,
+    lpm_fallback_queue_len: int | None = _sched(
+        "lpm_fallback_queue_len",
         "LPM falls back to FCFS when the waiting queue is longer than this (upstream: 128); "
         "-1 or none = never (default: matching is cheap, see benchmarks/RESULTS.md).",
         "scheduler",
     )
-    schedule_max_wait_s: float | None = _knob(
-        5.0,
+    schedule_max_wait_s: float | None = _sched(
+        "schedule_max_wait_s",
         "Wait bound of lpm, dfs-weight, lof and random: a request waiting this many seconds "
         "goes ahead of the policy's order, oldest first (prefillkit extension; -1 or none = "
         "off, upstream). With affinity on, min(this, --affinity-max-age-s) is used.",
         "scheduler",
     )
-    schedule_conservativeness: float = _knob(
-        1.0, "Scales the initial new-token ratio (higher = reserve more decode room).", "scheduler"
+    schedule_conservativeness: float = _sched(
+        "schedule_conservativeness",
+        "Scales the initial new-token ratio (higher = reserve more decode room).",
+        "scheduler",
     )
-    init_new_token_ratio: float = _knob(
-        0.7,
+    init_new_token_ratio: float = _sched(
+        "init_new_token_ratio",
         "Initial new-token ratio (times --schedule-conservativeness, capped at 1).",
         "scheduler",
     )
-    min_new_token_ratio_factor: float = _knob(
-        0.14, "Floor of the new-token ratio as a fraction of its initial value.", "scheduler"
+    min_new_token_ratio_factor: float = _sched(
+        "min_new_token_ratio_factor",
+        "Floor of the new-token ratio as a fraction of its initial value.",
+        "scheduler",
     )
-    new_token_ratio_decay_steps: int = _knob(
-        600, "Decode steps for the new-token ratio to decay from initial to floor.", "scheduler"
+    new_token_ratio_decay_steps: int = _sched(
+        "new_token_ratio_decay_steps",
+        "Decode steps for the new-token ratio to decay from initial to floor.",
+        "scheduler",
     )
-    clip_max_new_tokens: int = _knob(
-        4096, "Output tokens reserved per request are clipped to this.", "scheduler"
+    clip_max_new_tokens: int = _sched(
+        "clip_max_new_tokens",
+        "Output tokens reserved per request are clipped to this.",
+        "scheduler",
     )
 
     # ----------------------------------------------------------------- priority
-    enable_priority_scheduling: bool = _knob(
-        False, "Order the queue by request priority (needs fcfs or lof).", "priority"
+    enable_priority_scheduling: bool = _sched(
+        "enable_priority_scheduling",
+        "Order the queue by request priority (needs fcfs or lof).",
+        "priority",
     )
-    schedule_low_priority_values_first: bool = _knob(
-        False, "Lower priority values are more important.", "priority"
+    schedule_low_priority_values_first: bool = _sched(
+        "schedule_low_priority_values_first",
+        "Lower priority values are more important.",
+        "priority",
     )
-    enable_priority_aging: bool = _knob(
-        False,
+    enable_priority_aging: bool = _sched(
+        "enable_priority_aging",
         "Apply --schedule-max-wait-s under priority scheduling too (aged requests go ahead "
         "of every class); off = strict classes, upstream.",
         "priority",
     )
-    priority_scheduling_preemption_threshold: int = _knob(
-        10, "Preempt only victims whose priority differs by more than this.", "priority"
+    priority_scheduling_preemption_threshold: int = _sched(
+        "priority_scheduling_preemption_threshold",
+        "Preempt only victims whose priority differs by more than this.",
+        "priority",
     )
-    enable_priority_preemption: bool = _knob(
-        True,
+    enable_priority_preemption: bool = _sched(
+        "enable_priority_preemption",
         "Preempt lower-priority running requests when the slot limit blocks a higher one.",
         "priority",
     )
-    enable_preempt_on_no_token: bool = _knob(
-        False,
+    enable_preempt_on_no_token: bool = _sched(
+        "enable_preempt_on_no_token",
         "prefillkit extension: also preempt when memory (NO_TOKEN) blocks a higher-priority "
         "request.",
         "priority",
     )
-    enable_ignore_eos_admission: bool = _knob(
-        False,
+    enable_ignore_eos_admission: bool = _sched(
+        "enable_ignore_eos_admission",
         "Upstream's add_one_req_ignore_eos test for ignore_eos requests: the whole output "
         "(not clipped, ratio 1.0) of every running and admitted request must fit the "
         "current free + evictable tokens as requests finish (upstream takes this path only "
@@ -157,8 +186,8 @@ class Knobs:
     )
 
     # ----------------------------------------------------------------- hicache
-    enable_hierarchical_cache: bool = _knob(
-        False, "Enable the host (L2) KV cache tier (HiCache).", "hicache"
+    enable_hierarchical_cache: bool = _sched(
+        "enable_hierarchical_cache", "Enable the host (L2) KV cache tier (HiCache).", "hicache"
     )
     hicache_ratio: float = _knob(
         2.0,
@@ -168,66 +197,92 @@ class Knobs:
     hicache_size: int = _knob(
         0, "Host pool size in GB per GPU; 0 = use --hicache-ratio.", "hicache"
     )
-    hicache_write_policy: str = _knob(
-        "write_through",
+    hicache_write_policy: str = _sched(
+        "hicache_write_policy",
         "Host backup policy: write_through, write_through_selective or write_back.",
         "hicache",
     )
-    hicache_write_through_threshold: int = _knob(
-        2, "Hits (requests caching the prefix) before a write_through_selective backup.", "hicache"
+    hicache_write_through_threshold: int = _sched(
+        "hicache_write_through_threshold",
+        "Hits (requests caching the prefix) before a write_through_selective backup.",
+        "hicache",
     )
-    hicache_load_back_threshold: int = _knob(
-        10, "Host hits shorter than this many tokens are not loaded back.", "hicache"
+    hicache_load_back_threshold: int = _sched(
+        "hicache_load_back_threshold",
+        "Host hits shorter than this many tokens are not loaded back.",
+        "hicache",
     )
 
     # ----------------------------------------------------------------- context parallel
     tp_size: int = _knob(1, "Tensor-parallel degree (GPUs per instance).", "cp")
-    cp_size: int = _knob(1, "Context-parallel degree; must divide --tp-size.", "cp")
-    enable_cp_shared_kv: bool = _knob(
-        False, "CP shared-KV: the KV pool is sharded over cp_size owner lanes.", "cp"
+    cp_size: int = _sched("cp_size", "Context-parallel degree; must divide --tp-size.", "cp")
+    enable_cp_shared_kv: bool = _sched(
+        "enable_cp_shared_kv",
+        "CP shared-KV: the KV pool is sharded over cp_size owner lanes.",
+        "cp",
     )
-    enable_cp_shared_kv_prefill_bs_gt1: bool = _knob(
-        False, "Allow several requests per CP shared-KV prefill batch.", "cp"
+    enable_cp_shared_kv_prefill_bs_gt1: bool = _sched(
+        "enable_cp_shared_kv_prefill_bs_gt1",
+        "Allow several requests per CP shared-KV prefill batch.",
+        "cp",
     )
-    cp_shared_kv_prefill_max_requests: int | None = _knob(
-        None, "CP bs>1: most requests per prefill batch; unset = unlimited.", "cp"
+    cp_shared_kv_prefill_max_requests: int | None = _sched(
+        "cp_shared_kv_prefill_max_requests",
+        "CP bs>1: most requests per prefill batch; unset = unlimited.",
+        "cp",
     )
-    cp_shared_kv_prefill_max_total_extend_tokens: int | None = _knob(
-        None,
+    cp_shared_kv_prefill_max_total_extend_tokens: int | None = _sched(
+        "cp_shared_kv_prefill_max_total_extend_tokens",
         "CP bs>1: most extend tokens per batch (page-aligned); capped by the chunk budget.",
         "cp",
     )
-    cp_shared_kv_prefill_max_cached_tokens: int | None = _knob(
-        None, "CP bs>1: most cached (L1 + loaded L2) tokens per batch; unset = unlimited.", "cp"
+    cp_shared_kv_prefill_max_cached_tokens: int | None = _sched(
+        "cp_shared_kv_prefill_max_cached_tokens",
+        "CP bs>1: most cached (L1 + loaded L2) tokens per batch; unset = unlimited.",
+        "cp",
     )
-    cp_shared_kv_prefill_max_buffer_size: int | None = _knob(
-        None, "CP bs>1: most estimated temporary-buffer bytes per batch; unset = unlimited.", "cp"
+    cp_shared_kv_prefill_max_buffer_size: int | None = _sched(
+        "cp_shared_kv_prefill_max_buffer_size",
+        "CP bs>1: most estimated temporary-buffer bytes per batch; unset = unlimited.",
+        "cp",
     )
-    cp_prefill_mix_chunked: bool = _knob(
-        False, "Experimental: admit followers after a tail chunk in a CP bs>1 batch.", "cp"
+    cp_prefill_mix_chunked: bool = _sched(
+        "cp_prefill_mix_chunked",
+        "Experimental: admit followers after a tail chunk in a CP bs>1 batch.",
+        "cp",
     )
-    cp_symm_staging_pages: int | None = _knob(
-        None,
+    cp_symm_staging_pages: int | None = _sched(
+        "cp_symm_staging_pages",
         "Symmetric staging capacity in pages; must equal extend-cap pages + max requests "
         "(unset = derived).",
         "cp",
     )
 
     # ----------------------------------------------------------------- affinity
-    enable_affinity: bool = _knob(
-        False, "Warm/cold cache-affinity admission (cold skipped behind a warm lead).", "affinity"
+    enable_affinity: bool = _sched(
+        "enable_affinity",
+        "Warm/cold cache-affinity admission (cold skipped behind a warm lead).",
+        "affinity",
     )
-    affinity_warm_floor_tokens: int = _knob(
-        64, "A candidate is warm if device prefix + host hit reaches this many tokens.", "affinity"
+    affinity_warm_floor_tokens: int = _sched(
+        "affinity_warm_floor_tokens",
+        "A candidate is warm if device prefix + host hit reaches this many tokens.",
+        "affinity",
     )
-    affinity_skip_window: int = _knob(
-        16, "Most cold skips per admission pass (W) before the scan stops.", "affinity"
+    affinity_skip_window: int = _sched(
+        "affinity_skip_window",
+        "Most cold skips per admission pass (W) before the scan stops.",
+        "affinity",
     )
-    affinity_max_head_defers: int = _knob(
-        3, "Passes a cold request may be skipped (K) before the scan stops at it.", "affinity"
+    affinity_max_head_defers: int = _sched(
+        "affinity_max_head_defers",
+        "Passes a cold request may be skipped (K) before the scan stops at it.",
+        "affinity",
     )
-    affinity_max_age_s: float = _knob(
-        5.0, "Cold requests waiting this long (T, seconds) stop the scan instead.", "affinity"
+    affinity_max_age_s: float = _sched(
+        "affinity_max_age_s",
+        "Cold requests waiting this long (T, seconds) stop the scan instead.",
+        "affinity",
     )
 
     # ----------------------------------------------------------------- deployment / simulator
@@ -304,7 +359,7 @@ class Knobs:
         "(pd-prefill). A stated --agentic-decode-tokens-per-s sets it too.",
         "deployment",
     )
-    seed: int = _knob(0, "Random seed.", "deployment")
+    seed: int = _sched("seed", "Random seed.", "deployment")
     debug_check_invariants: bool = _knob(
         False, "Check scheduler/cache invariants after every step (slow).", "deployment"
     )
