@@ -5,10 +5,11 @@ Each field is a knob: its name (spelled like SGLang's ``ServerArgs`` where SGLan
 flag, so ``chunked_prefill_size`` is ``--chunked-prefill-size``), its type, its default,
 and ``help`` and ``group`` metadata (the CLI makes one option per field from them, the
 knob table one row). A scheduler knob's default is :class:`SchedulerConfig`'s
-(``_sched``): declared there, once. :class:`Knobs` only declares; :class:`~prefillkit.app.settings.Config`
-adds the normalisation and the validation, and the readers of the knobs' sources
-(:mod:`prefillkit.app.config_file`, :mod:`prefillkit.app.flags`) type their values from
-these declarations (:mod:`prefillkit.app.knob_types`).
+(``_sched``): declared there, once. :class:`Knobs` only declares;
+:class:`~prefillkit.app.settings.Config` adds the normalisation and the validation, and
+the readers of the knobs' sources (:mod:`prefillkit.app.config_file`,
+:mod:`prefillkit.app.flags`) type their values from these declarations
+(:mod:`prefillkit.app.knob_types`).
 """
 
 from __future__ import annotations
