@@ -32,6 +32,7 @@ from prefillkit.sched.adder import (
     AddReqResult,
     AdmissionLimits,
     CloseReason,
+    CpMode,
     PrefillAdder,
     ignore_eos_fits,
 )
@@ -50,7 +51,7 @@ def running_req(rid: str, max_new: int, output: int, ignore_eos: bool = False) -
 
 
 def bs_gt1(page: int = 4, **kw: Any) -> AdmissionLimits:
-    return make_limits(page, cp_mode="bs_gt1", **kw)
+    return make_limits(page, cp_mode=CpMode.BS_GT1, **kw)
 
 
 def mix_limits(
@@ -451,7 +452,7 @@ def test_chunked_req_flags_updated_together_on_both_chunked_paths() -> None:
 # ============================================================== CP bs=1 gate
 def test_cp_bs1_gate_admits_exactly_one_request() -> None:
     cache = make_cache(1000, 4, cp=2)
-    adder = make_adder(cache, make_limits(4, cp_mode="bs1"))
+    adder = make_adder(cache, make_limits(4, cp_mode=CpMode.BS1))
     assert add(adder, make_req("a", 8, 4)) is CONT
     before = snapshot(adder)
     assert add(adder, make_req("b", 8, 4)) is OTHER
@@ -463,7 +464,7 @@ def test_cp_bs1_gate_admits_exactly_one_request() -> None:
 def test_cp_bs1_chunked_continuation_runs_alone() -> None:
     cache = make_cache(1000, 4, cp=2)
     chunked = make_chunked(cache, "c", 90, 64)
-    adder = make_adder(cache, make_limits(4, cp_mode="bs1", chunked_prefill_size=400))
+    adder = make_adder(cache, make_limits(4, cp_mode=CpMode.BS1, chunked_prefill_size=400))
     add_chunked(adder, chunked)
     assert add(adder, make_req("b", 8, 4)) is OTHER
     assert adder.closed_by is CloseReason.CP_BS1 and adder.can_run_list == [chunked]
@@ -471,7 +472,7 @@ def test_cp_bs1_chunked_continuation_runs_alone() -> None:
 
 def test_cp_bs1_single_oversized_request_runs_alone() -> None:
     cache = make_cache(1000, 4, cp=2)
-    adder = make_adder(cache, make_limits(4, cp_mode="bs1", max_prefill_tokens=16))
+    adder = make_adder(cache, make_limits(4, cp_mode=CpMode.BS1, max_prefill_tokens=16))
     req = make_req("a", 400, 4)
     add(adder, req)
     assert adder.can_run_list == [req] and req.state.extend_input_len == 400
@@ -607,24 +608,24 @@ def test_requests_and_cached_limits_none_are_unlimited() -> None:
     alloc_batch(adder, {})
 
 
-@pytest.mark.parametrize("mode", ["off", "bs1", "bs_gt1"])
-def test_legacy_input_budget_raised_only_on_cp_path(mode: str) -> None:
-    cp = 1 if mode == "off" else 2
+@pytest.mark.parametrize("mode", list(CpMode), ids=[m.value for m in CpMode])
+def test_legacy_input_budget_raised_only_on_cp_path(mode: CpMode) -> None:
+    cp = 1 if mode is CpMode.OFF else 2
     cache = make_cache(1000, 4, cp=cp)
     limits = make_limits(4, cp_mode=mode, max_prefill_tokens=16, cp_max_total_extend_tokens=64)
     adder = make_adder(cache, limits)
-    assert adder.rem_input_tokens == (64 if mode == "bs_gt1" else 16)
+    assert adder.rem_input_tokens == (64 if mode is CpMode.BS_GT1 else 16)
     # Allocator-owned budgets are unchanged by the lift.
     assert adder.rem_total_tokens == adder.cur_rem_tokens == 4000
     assert adder.rem_total_token_offset == adder.cur_rem_token_offset == 0
     add(adder, make_req("a", 12, 4))
     res = add(adder, make_req("b", 40, 4))  # 12 + 40 <= 64, but 40 >= 16 - 12
-    if mode == "bs_gt1":
+    if mode is CpMode.BS_GT1:
         assert res is CONT and len(adder.can_run_list) == 2
     else:
         assert res is OTHER and len(adder.can_run_list) == 1
         assert adder.closed_by is (
-            CloseReason.CP_BS1 if mode == "bs1" else CloseReason.MAX_PREFILL_TOKENS
+            CloseReason.CP_BS1 if mode is CpMode.BS1 else CloseReason.MAX_PREFILL_TOKENS
         )
 
 
@@ -718,13 +719,18 @@ def test_mix_chunked_non_page_aligned_chunked_prefix_stays_solo() -> None:
     assert snapshot(adder) == before
 
 
+def test_cp_mode_must_be_the_enum() -> None:
+    with pytest.raises(TypeError):
+        AdmissionLimits(4, 16384, None, cp_mode="bs1")  # type: ignore[arg-type]
+
+
 def test_mix_chunked_staging_identity_assertion_fires_when_broken() -> None:
     base: dict[str, Any] = {
         "cp_max_requests": 4,
         "chunked_prefill_size": 400,
         "cp_prefill_mix_chunked": True,
     }
-    AdmissionLimits(4, 16384, cp_mode="bs_gt1", staging_identity=(100, 4, 104), **base)
+    AdmissionLimits(4, 16384, cp_mode=CpMode.BS_GT1, staging_identity=(100, 4, 104), **base)
     broken: list[tuple[int, int, int] | None] = [
         None,  # no identity at all
         (100, 4, 105),  # cap + slack != staging
@@ -733,9 +739,11 @@ def test_mix_chunked_staging_identity_assertion_fires_when_broken() -> None:
     ]
     for ident in broken:
         with pytest.raises(AssertionError, match="staging"):
-            AdmissionLimits(4, 16384, cp_mode="bs_gt1", staging_identity=ident, **base)
+            AdmissionLimits(4, 16384, cp_mode=CpMode.BS_GT1, staging_identity=ident, **base)
     # The identity is not required with the mode off.
-    AdmissionLimits(4, 16384, cp_mode="bs_gt1", staging_identity=None, chunked_prefill_size=400)
+    AdmissionLimits(
+        4, 16384, cp_mode=CpMode.BS_GT1, staging_identity=None, chunked_prefill_size=400
+    )
 
 
 # ============================================================== HiCache load-back
@@ -923,7 +931,7 @@ def _reject_cases() -> dict[str, tuple[PrefillAdder, Request, AddReqResult, Clos
 
     ctx = BufferEstimatorContext(GLM5, cp_size=2, page_size=4)
     cases["cp_bs1"] = (
-        cp_case(make_limits(4, cp_mode="bs1"), make_req("a", 8, 4)),
+        cp_case(make_limits(4, cp_mode=CpMode.BS1), make_req("a", 8, 4)),
         cand(),
         OTHER,
         CloseReason.CP_BS1,

@@ -32,7 +32,7 @@ from conftest import alloc_batch, finish, make_adder, make_limits, make_req, sna
 from prefillkit.cache import HostTier, KVPool, PrefixCache, check_invariants, lane_split
 from prefillkit.models import get_model
 from prefillkit.request import ReqStatus, Request
-from prefillkit.sched.adder import AddReqResult
+from prefillkit.sched.adder import AddReqResult, CpMode
 from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.interface import StepOutput
@@ -152,16 +152,16 @@ def check_batch(sched: Scheduler, batch: StepOutput, chunked_before: Request | N
         (r.state.prefix_len + r.state.extend_input_len) % p == 0 for r in truncated
     )  # page cut
     caps = [v for v in (lim.cp_max_total_extend_tokens, lim.chunked_prefill_size) if v]
-    cap = min(caps) if lim.cp_mode == "bs_gt1" and caps else None
+    cap = min(caps) if lim.cp_mode is CpMode.BS_GT1 and caps else None
     input_budget = max(lim.max_prefill_tokens, cap or 0)
     if n == 1:
         return
-    assert lim.cp_mode != "bs1"
+    assert lim.cp_mode is not CpMode.BS1
     if lim.chunked_prefill_size is None:  # with chunking on the chunk budget bounds it
         assert sum(exts) < input_budget
     else:  # every request but the last joined while the input budget was open
         assert sum(exts[:-1]) < input_budget
-    if lim.cp_mode == "bs_gt1":
+    if lim.cp_mode is CpMode.BS_GT1:
         assert lim.cp_max_requests is None or n <= lim.cp_max_requests
         assert cap is None or sum(exts) <= cap
         assert lim.cp_max_cached_tokens is None or batch.cached_tokens <= lim.cp_max_cached_tokens
@@ -247,7 +247,7 @@ def simulate(
 
 
 # ======================================================================= 2. adder by hand
-@pytest.mark.parametrize("mode", ["off", "bs1", "bs_gt1"])
+@pytest.mark.parametrize("mode", list(CpMode), ids=[m.value for m in CpMode])
 @SETTINGS
 @given(
     cp=st.sampled_from([2, 4]),
@@ -273,7 +273,7 @@ def simulate(
     req_cap=st.one_of(st.none(), st.integers(1, 4)),
 )
 def test_random_adder_rejections_leave_no_trace_and_batches_allocate(
-    mode: str,
+    mode: CpMode,
     cp: int,
     page: int,
     total: int,
@@ -287,7 +287,7 @@ def test_random_adder_rejections_leave_no_trace_and_batches_allocate(
     extend_cap: int | None,
     req_cap: int | None,
 ) -> None:
-    if mode == "off":
+    if mode is CpMode.OFF:
         cp = 1
     total = max(total, cp)
     cache = PrefixCache(KVPool(total, page, cp), page, HostTier(500) if host else None)
@@ -307,9 +307,11 @@ def test_random_adder_rejections_leave_no_trace_and_batches_allocate(
         max_prefill_tokens=max_prefill,
         chunked_prefill_size=None if chunk is None else chunk * page,
         cp_mode=mode,
-        cp_max_requests=req_cap if mode == "bs_gt1" else None,
-        cp_max_total_extend_tokens=extend_cap * page if mode == "bs_gt1" and extend_cap else None,
-        cp_max_cached_tokens=cached_cap if mode == "bs_gt1" else None,
+        cp_max_requests=req_cap if mode is CpMode.BS_GT1 else None,
+        cp_max_total_extend_tokens=extend_cap * page
+        if mode is CpMode.BS_GT1 and extend_cap
+        else None,
+        cp_max_cached_tokens=cached_cap if mode is CpMode.BS_GT1 else None,
     )
     adder = make_adder(cache, limits)
     for i, (fam, shared, length, max_new) in enumerate(queue):

@@ -51,7 +51,7 @@ MUTATIONS = [
     Mutation(
         "CP bs=1 gate off",
         "adder",
-        'if limits.cp_mode == "bs1":',
+        "if limits.cp_mode is CpMode.BS1:",
         "if False:",
         "cap:cp_bs1",
         "caps",

@@ -66,6 +66,21 @@ def _check_partition(what: str, stack: IdStack, held: list[tuple[object, array[i
         _fail(f"{what}: page {missing} is held by nobody (not even free)")
 
 
+class _Tally:
+    """What the tree walk counts, checked afterwards against the cache's own counts."""
+
+    def __init__(self, r: int) -> None:
+        self.cached = [0] * r  # device pages per lane
+        self.evictable = [0] * r  # unlocked device pages per lane
+        self.evictable_pages = 0
+        self.protected_pages = 0
+        self.host_used = 0
+        self.n_keys = 0
+        self.expect_lru: set[Node] = set()
+        self.expect_host_lru: set[Node] = set()
+        self.own_locks: dict[Node, int] = {}  # node -> locks ending at it
+
+
 def check_invariants(
     cache: PrefixCache,
     owned_ranges: Iterable[tuple[int, int]] | None = None,
@@ -79,93 +94,138 @@ def check_invariants(
     exactly one device node, or owned by exactly one request (or loose), and every host
     slot free or held by exactly one host node.
     """
-    pool = cache.pool
-    r = pool.cp_size
-    u = cache.unit_pages
-    cached = [0] * r
-    evictable = [0] * r
-    evictable_pages = protected_pages = 0
-    host_used = 0
-    n_keys = 0
-    expect_lru: set[Node] = set()
-    expect_host_lru: set[Node] = set()
+    # NOTE: the checks run in a fixed order; the first broken one raises.
     if page_holders is not None:
         page_holders = list(page_holders)  # NOTE: read twice (locks, then pages)
-    own_locks: dict[Node, int] = {}
+    tally = _walk_tree(cache)
+    _check_lock_counts(cache, tally.own_locks, page_holders)
+    _check_tree_totals(cache, tally)
+    _check_lru(cache, tally.expect_lru)
+    _check_lane_counts(cache)
+    if owned_ranges is not None:
+        _check_owned_ranges(cache, owned_ranges)
+    _check_free_lists(cache)
+    if page_holders is not None:
+        _check_pages(cache, list(page_holders))
+    _check_host(cache, tally)
+
+
+def _walk_tree(cache: PrefixCache) -> _Tally:
+    """Walk the tree once: each node's child links, then the node itself, counted."""
     root = cache.root
+    tally = _Tally(cache.pool.cp_size)
     if root.lock_ref != 1 or root.keys or not root.on_device:
         _fail("root must hold no keys, be device resident and keep lock_ref 1")
     stack: list[Node] = [root]
     while stack:
         node = stack.pop()
-        for first, child in node.children.items():
-            if child.parent is not node:
-                _fail(f"{child} parent pointer is wrong")
-            if not child.keys or child.keys[0] != first:
-                _fail(f"{child} is filed under the wrong first key")
-            if child.end != child.start + len(child.keys):
-                _fail(f"{child} end is stale ({len(child.keys)} keys)")
-            if child.start != node.end:
-                _fail(f"{child} starts at {child.start}, parent ends at {node.end}")
-            if child.on_device and not node.on_device:
-                _fail(f"device node {child} under a host-only parent {node}")
-            stack.append(child)
+        _check_children(node, stack)
         if node is root:
             continue
-        if node.lock_ref < 0 or node.host_lock_ref < 0:
-            _fail(f"{node} has a negative lock count")
-        own = node.lock_ref - sum(1 for c in node.children.values() if c.lock_ref)
-        if own < 0:
-            _fail(f"{node} lock_ref {node.lock_ref} is below its locked children's count")
-        if own:
-            own_locks[node] = own
-        if not node.on_device and not node.on_host:
-            _fail(f"{node} is resident nowhere")
-        if node.n_pages != len(node.keys) * u:
-            _fail(f"{node} n_pages {node.n_pages} != {len(node.keys)} units x {u}")
-        if node.lane_pages != lane_split(node.start * u, node.n_pages, r):
-            _fail(f"{node} lane pages {node.lane_pages} do not match its page range")
-        held = [len(t) for t in node.pages]
-        if held != (node.lane_pages if node.on_device else [0] * r):
-            _fail(f"{node} holds {held} device pages per lane, expected {node.lane_pages}")
-        if len(node.host_slots) != (node.n_pages if node.on_host else 0):
-            _fail(f"{node} holds {len(node.host_slots)} host slots")
-        for key in node.keys:
-            if cache.index.get(key) is not node:
-                _fail(f"index does not map key {key} to {node}")
-        n_keys += len(node.keys)
-        if node.on_device:
+        _check_node_locks(node, tally)
+        _check_node_shape(cache, node)
+        _count_node(node, tally)
+    return tally
+
+
+def _check_children(node: Node, stack: list[Node]) -> None:
+    """``node``'s children: linked back, filed under their first key, contiguous with
+    ``node``, never device resident under a host-only parent; pushed onto ``stack``."""
+    for first, child in node.children.items():
+        if child.parent is not node:
+            _fail(f"{child} parent pointer is wrong")
+        if not child.keys or child.keys[0] != first:
+            _fail(f"{child} is filed under the wrong first key")
+        if child.end != child.start + len(child.keys):
+            _fail(f"{child} end is stale ({len(child.keys)} keys)")
+        if child.start != node.end:
+            _fail(f"{child} starts at {child.start}, parent ends at {node.end}")
+        if child.on_device and not node.on_device:
+            _fail(f"device node {child} under a host-only parent {node}")
+        stack.append(child)
+
+
+def _check_node_locks(node: Node, tally: _Tally) -> None:
+    """``node``'s lock counts are not negative and cover its locked children; its own
+    locks (the rest) are recorded for :func:`_check_lock_counts`."""
+    if node.lock_ref < 0 or node.host_lock_ref < 0:
+        _fail(f"{node} has a negative lock count")
+    own = node.lock_ref - sum(1 for c in node.children.values() if c.lock_ref)
+    if own < 0:
+        _fail(f"{node} lock_ref {node.lock_ref} is below its locked children's count")
+    if own:
+        tally.own_locks[node] = own
+
+
+def _check_node_shape(cache: PrefixCache, node: Node) -> None:
+    """``node`` is resident somewhere, its page counts match its keys on each lane and
+    tier, and the index maps each of its keys to it."""
+    r = cache.pool.cp_size
+    u = cache.unit_pages
+    if not node.on_device and not node.on_host:
+        _fail(f"{node} is resident nowhere")
+    if node.n_pages != len(node.keys) * u:
+        _fail(f"{node} n_pages {node.n_pages} != {len(node.keys)} units x {u}")
+    if node.lane_pages != lane_split(node.start * u, node.n_pages, r):
+        _fail(f"{node} lane pages {node.lane_pages} do not match its page range")
+    held = [len(t) for t in node.pages]
+    if held != (node.lane_pages if node.on_device else [0] * r):
+        _fail(f"{node} holds {held} device pages per lane, expected {node.lane_pages}")
+    if len(node.host_slots) != (node.n_pages if node.on_host else 0):
+        _fail(f"{node} holds {len(node.host_slots)} host slots")
+    for key in node.keys:
+        if cache.index.get(key) is not node:
+            _fail(f"index does not map key {key} to {node}")
+
+
+def _count_node(node: Node, tally: _Tally) -> None:
+    """Add ``node`` to the walk's counts and expected LRU sets; a device lock needs
+    device residence, a host lock host residence."""
+    tally.n_keys += len(node.keys)
+    if node.on_device:
+        for i, c in enumerate(node.lane_pages):
+            tally.cached[i] += c
+        if node.lock_ref == 0:
+            tally.evictable_pages += node.n_pages
             for i, c in enumerate(node.lane_pages):
-                cached[i] += c
-            if node.lock_ref == 0:
-                evictable_pages += node.n_pages
-                for i, c in enumerate(node.lane_pages):
-                    evictable[i] += c
-                expect_lru.add(node)
-            else:
-                protected_pages += node.n_pages
-        elif node.lock_ref:
-            _fail(f"host-only {node} is device locked")
-        if node.host_lock_ref and not node.on_host:
-            _fail(f"{node} is host locked but not on host")
-        if node.on_host:
-            host_used += node.n_pages
-            if not node.on_device and node.host_lock_ref == 0:
-                expect_host_lru.add(node)
-    _check_lock_counts(cache, own_locks, page_holders)
-    if len(cache.index) != n_keys:
-        _fail(f"index holds {len(cache.index)} keys, tree holds {n_keys}")
-    if cached != pool.cached:
-        _fail(f"pool cached lanes {pool.cached} != tree device pages {cached}")
+                tally.evictable[i] += c
+            tally.expect_lru.add(node)
+        else:
+            tally.protected_pages += node.n_pages
+    elif node.lock_ref:
+        _fail(f"host-only {node} is device locked")
+    if node.host_lock_ref and not node.on_host:
+        _fail(f"{node} is host locked but not on host")
+    if node.on_host:
+        tally.host_used += node.n_pages
+        if not node.on_device and node.host_lock_ref == 0:
+            tally.expect_host_lru.add(node)
+
+
+def _check_tree_totals(cache: PrefixCache, tally: _Tally) -> None:
+    """The index size, the pool's cached lanes and the cache's evictable / protected
+    counts equal what the walk counted."""
+    pool = cache.pool
+    if len(cache.index) != tally.n_keys:
+        _fail(f"index holds {len(cache.index)} keys, tree holds {tally.n_keys}")
+    if tally.cached != pool.cached:
+        _fail(f"pool cached lanes {pool.cached} != tree device pages {tally.cached}")
+    evictable_pages = tally.evictable_pages
+    protected_pages = tally.protected_pages
     if evictable_pages != cache.evictable_pages or protected_pages != cache.protected_pages:
         _fail(
             f"evictable/protected {cache.evictable_pages}/{cache.protected_pages} != "
             f"tree {evictable_pages}/{protected_pages}"
         )
-    if evictable_pages + protected_pages != sum(cached):
+    if evictable_pages + protected_pages != sum(tally.cached):
         _fail("evictable + protected != cached")
-    if evictable != cache.evictable_lanes:
-        _fail(f"evictable lanes {cache.evictable_lanes} != tree {evictable}")
+    if tally.evictable != cache.evictable_lanes:
+        _fail(f"evictable lanes {cache.evictable_lanes} != tree {tally.evictable}")
+
+
+def _check_lru(cache: PrefixCache, expect_lru: set[Node]) -> None:
+    """The device LRU holds exactly the unlocked device nodes (locked ones only inside
+    a tentative lock), every child before its parent."""
     lru = cache.lru_order()
     if set(lru) != expect_lru or len(lru) != len(expect_lru):
         _fail("device LRU is not exactly the unlocked device nodes")
@@ -177,7 +237,12 @@ def check_invariants(
         p = n.parent
         if p in pos and pos[p] < i:
             _fail(f"device LRU has parent {p} before child {n}")
-    for i in range(r):
+
+
+def _check_lane_counts(cache: PrefixCache) -> None:
+    """Per lane, free + cached + owned pages make up the capacity, none negative."""
+    pool = cache.pool
+    for i in range(pool.cp_size):
         if min(pool.free[i], pool.cached[i], pool.owned[i]) < 0:
             _fail(f"lane {i} has a negative count")
         if pool.free[i] + pool.cached[i] + pool.owned[i] != pool.capacity[i]:
@@ -187,28 +252,40 @@ def check_invariants(
             )
     if pool.free_total != sum(pool.free):
         _fail(f"pool free_total {pool.free_total} != sum of lanes {sum(pool.free)}")
-    if owned_ranges is not None:
-        owned = [0] * r
-        for start, end in owned_ranges:
-            for i, c in enumerate(lane_split(start, end - start, r)):
-                owned[i] += c
-        if owned != pool.owned:
-            _fail(f"requests own {owned} pages per lane, pool says {pool.owned}")
-    for i in range(r):
+
+
+def _check_owned_ranges(cache: PrefixCache, owned_ranges: Iterable[tuple[int, int]]) -> None:
+    """The live requests' owned page ranges add up to the pool's owned count per lane."""
+    pool = cache.pool
+    r = pool.cp_size
+    owned = [0] * r
+    for start, end in owned_ranges:
+        for i, c in enumerate(lane_split(start, end - start, r)):
+            owned[i] += c
+    if owned != pool.owned:
+        _fail(f"requests own {owned} pages per lane, pool says {pool.owned}")
+
+
+def _check_free_lists(cache: PrefixCache) -> None:
+    """Each lane's free list holds as many ids as its free count."""
+    pool = cache.pool
+    for i in range(pool.cp_size):
         if len(pool.free_ids[i]) != pool.free[i]:
             _fail(f"lane {i}: free list holds {len(pool.free_ids[i])} pages, count {pool.free[i]}")
-    if page_holders is not None:
-        _check_pages(cache, list(page_holders))
+
+
+def _check_host(cache: PrefixCache, tally: _Tally) -> None:
+    """The host tier's use and LRU match the walk (no host pages without a host tier)."""
     host = cache.host
     if host is None:
-        if host_used:
+        if tally.host_used:
             _fail("nodes on host without a host tier")
         return
-    if host_used != host.used_pages:
-        _fail(f"host used {host.used_pages} != tree host pages {host_used}")
+    if tally.host_used != host.used_pages:
+        _fail(f"host used {host.used_pages} != tree host pages {tally.host_used}")
     if host.used_pages > host.capacity_pages:
         _fail(f"host used {host.used_pages} exceeds capacity {host.capacity_pages}")
-    if set(host.lru) != expect_host_lru:
+    if set(host.lru) != tally.expect_host_lru:
         _fail("host LRU is not exactly the unlocked host-only nodes")
 
 

@@ -386,39 +386,13 @@ class PrefixCache:
         cp = self.cp_size
         if pages is None:
             pages = pool.take_loose(lane_split(from_units * u, (to_units - from_units) * u, cp))
-        listener = self.kv_listener
         offs = [0] * cp if base is None else base[:]  # NOTE: next page of PAGES, per lane
         node = locked
         d = from_units
         while d < to_units:
             child = node.children.get(keys[d])
             if child is None:
-                n_pages = (to_units - d) * u
-                lanes = lane_split(d * u, n_pages, cp)
-                new = Node(
-                    keys[d:to_units],
-                    d,
-                    node,
-                    n_pages,
-                    lanes,
-                    [t[o : o + n] for t, o, n in zip(pages, offs, lanes, strict=True)],
-                )
-                pool.owned_to_cached(lanes)
-                if listener is not None:
-                    self._stored(new)
-                node.children[keys[d]] = new
-                if self.new_heads is not None:
-                    self.new_heads.append(keys[d])
-                index = self.index
-                for key in new.keys:
-                    index[key] = new
-                self._add_evictable(new)
-                if self.host is not None:
-                    if self.host.write_policy == "write_through":
-                        backup(self, new)
-                    else:
-                        self._insert_hit(new)  # the creating request's hit
-                node = new
+                node = self._insert_new(node, keys, to_units, pages, offs)
                 break
             limit = min(len(child.keys), to_units - d)
             j = 1
@@ -427,25 +401,7 @@ class PrefixCache:
                 j += 1
             if j < len(ckeys):
                 child = self._split(child, d + j)
-            lanes = child.lane_pages
-            seg = [t[o : o + n] for t, o, n in zip(pages, offs, lanes, strict=True)]
-            for i, n in enumerate(lanes):
-                offs[i] += n
-            if child.on_device:
-                pool.give_owned(seg)  # computed twice: drop our copy
-            else:
-                pool.owned_to_cached(lanes)  # revive a host-only node
-                child.pages = seg
-                child.on_device = True
-                if self.changed_nodes is not None:
-                    self.changed_nodes.append(child)
-                if self.host is not None:
-                    self.host.lru.pop(child, None)
-                self._add_evictable(child)
-                if listener is not None:
-                    self._stored(child)
-            if self.host is not None:
-                self._insert_hit(child)  # computed again: a re-insert counts a hit
+            self._insert_existing(child, pages, offs)
             node = child
             d = child.end
         if node is not locked:
@@ -453,6 +409,61 @@ class PrefixCache:
             self._commit()  # NOTE: the lock moves; it is not a candidate's tentative lock
             self.unlock(locked)
         return node
+
+    def _insert_new(
+        self, parent: Node, keys: list[int], to_units: int, pages: list[array[int]], offs: list[int]
+    ) -> Node:
+        """:meth:`insert`'s new leaf under ``parent``: the rest of ``keys``, to ``to_units``."""
+        d = parent.end  # NOTE: where insert's walk stands (its ``d``)
+        u = self.unit_pages
+        n_pages = (to_units - d) * u
+        lanes = lane_split(d * u, n_pages, self.cp_size)
+        new = Node(
+            keys[d:to_units],
+            d,
+            parent,
+            n_pages,
+            lanes,
+            [t[o : o + n] for t, o, n in zip(pages, offs, lanes, strict=True)],
+        )
+        self.pool.owned_to_cached(lanes)
+        if self.kv_listener is not None:
+            self._stored(new)
+        parent.children[keys[d]] = new
+        if self.new_heads is not None:
+            self.new_heads.append(keys[d])
+        index = self.index
+        for key in new.keys:
+            index[key] = new
+        self._add_evictable(new)
+        if self.host is not None:
+            if self.host.write_policy == "write_through":
+                backup(self, new)
+            else:
+                self._insert_hit(new)  # the creating request's hit
+        return new
+
+    def _insert_existing(self, child: Node, pages: list[array[int]], offs: list[int]) -> None:
+        """:meth:`insert` computed ``child`` again: free its pages at ``offs``, or revive it."""
+        lanes = child.lane_pages
+        seg = [t[o : o + n] for t, o, n in zip(pages, offs, lanes, strict=True)]
+        for i, n in enumerate(lanes):
+            offs[i] += n
+        if child.on_device:
+            self.pool.give_owned(seg)  # computed twice: drop our copy
+        else:
+            self.pool.owned_to_cached(lanes)  # revive a host-only node
+            child.pages = seg
+            child.on_device = True
+            if self.changed_nodes is not None:
+                self.changed_nodes.append(child)
+            if self.host is not None:
+                self.host.lru.pop(child, None)
+            self._add_evictable(child)
+            if self.kv_listener is not None:
+                self._stored(child)
+        if self.host is not None:
+            self._insert_hit(child)  # computed again: a re-insert counts a hit
 
     def _stored(self, node: Node) -> None:
         """Tell the listener that ``node``'s pages became device resident."""

@@ -61,6 +61,15 @@ class AddReqResult(Enum):
     OTHER = "other"
 
 
+class CpMode(Enum):
+    """CP shared-KV prefill admission: no CP gate, one request per batch, or the bs>1
+    batch limits (``enable_cp_shared_kv_prefill_bs_gt1``)."""
+
+    OFF = "off"
+    BS1 = "bs1"
+    BS_GT1 = "bs_gt1"
+
+
 class CloseReason(StrEnum):
     """Why an admission pass stopped admitting: the limit that closed the batch."""
 
@@ -86,8 +95,8 @@ class AdmissionLimits:
     max_prefill_tokens: int
     chunked_prefill_size: int | None
     clip_max_new_tokens: int = 4096
-    # CP shared-KV: "off" (no CP gate), "bs1" (one request per batch), "bs_gt1".
-    cp_mode: str = "off"
+    # CP shared-KV: OFF (no CP gate), BS1 (one request per batch), BS_GT1.
+    cp_mode: CpMode = CpMode.OFF
     cp_max_requests: int | None = None
     cp_max_total_extend_tokens: int | None = None
     cp_max_cached_tokens: int | None = None
@@ -102,8 +111,8 @@ class AdmissionLimits:
     staging_identity: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
-        if self.cp_mode not in ("off", "bs1", "bs_gt1"):
-            raise ValueError(f"unknown cp_mode {self.cp_mode!r}")
+        if not isinstance(self.cp_mode, CpMode):
+            raise TypeError(f"cp_mode must be a CpMode, not {self.cp_mode!r}")
         if self.cp_max_buffer_size is not None and self.buffer_ctx is None:
             raise ValueError("cp_max_buffer_size needs a buffer estimator context")
         if self.cp_prefill_mix_chunked:
@@ -159,7 +168,7 @@ class PrefillAdder:
         # admitted request (every admission adds its page-ceiled extend to all three).
         self.input_budget: int = limits.max_prefill_tokens
         self.chunk_budget: int | None = limits.chunked_prefill_size
-        self.cp_off = limits.cp_mode == "off"
+        self.cp_off = limits.cp_mode is CpMode.OFF
         clip = limits.clip_max_new_tokens
         # Decode room reserved for the running requests (summed in order, as upstream).
         offset: float = 0.0
@@ -170,7 +179,7 @@ class PrefillAdder:
             offset += left * (1.0 if r.ignore_eos else new_token_ratio)
         self.rem_total_token_offset: float = offset
         self.cp_extend_limit: int | None = None
-        if limits.cp_mode == "bs_gt1":
+        if limits.cp_mode is CpMode.BS_GT1:
             user = limits.cp_max_total_extend_tokens
             chunk = self.chunk_budget
             # NOTE: min(user limit, chunk budget); the chunk budget when omitted.
@@ -361,7 +370,7 @@ class PrefillAdder:
         the CP caps bound the batch, except after a non-page-aligned chunked prefix.
         """
         req = self.chunked_req_in_batch
-        if req is None or self.limits.cp_mode == "off":
+        if req is None or self.limits.cp_mode is CpMode.OFF:
             return True
         if not self.limits.cp_prefill_mix_chunked:
             return False
@@ -387,7 +396,7 @@ class PrefillAdder:
         pool = self.pool
         can_run = self.can_run_list
         if can_run and not self.cp_off:
-            if limits.cp_mode == "bs1":
+            if limits.cp_mode is CpMode.BS1:
                 return self._close(AddReqResult.OTHER, CloseReason.CP_BS1)
             if self.has_chunked_req_in_batch and not self.chunk_allows_followers():
                 return self._close(AddReqResult.OTHER, CloseReason.CHUNKED_SOLO)
@@ -454,7 +463,7 @@ class PrefillAdder:
             if ext <= 0:
                 return self._reject(node, AddReqResult.OTHER, CloseReason.CHUNK_BUDGET)
             truncated = True
-        if can_run and not self.cp_off and limits.cp_mode == "bs_gt1":
+        if can_run and not self.cp_off and limits.cp_mode is CpMode.BS_GT1:
             reason = self._cp_limit_reason(prefix_len, extend, ext, loaded)
             if reason is not None:
                 return self._reject(node, AddReqResult.OTHER, reason)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prefillkit.sched.adder import CloseReason
+from prefillkit.sched.adder import CloseReason, CpMode
 from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.scheduler import Scheduler
@@ -51,6 +51,7 @@ __all__ = [
     "AffinityBound",
     "BatchLead",
     "CloseReason",
+    "CpMode",
     "PrefixSegment",
     "ScheduledReq",
     "SchedulerInterface",

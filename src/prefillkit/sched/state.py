@@ -21,7 +21,7 @@ from prefillkit.cache.host import HostTier
 from prefillkit.cache.pool import KVPool
 from prefillkit.cache.prefix import PrefixCache
 from prefillkit.request import Request
-from prefillkit.sched.adder import AdmissionLimits, CloseReason
+from prefillkit.sched.adder import AdmissionLimits, CloseReason, CpMode
 from prefillkit.sched.affinity import AffinityBounds
 from prefillkit.sched.batch import PrefillBatch
 from prefillkit.sched.buffer import BufferEstimatorContext
@@ -70,9 +70,9 @@ def build_limits(
 ) -> AdmissionLimits:
     """The adder's per-pass limits from the scheduler's settings."""
     if cfg.cp_size > 1:
-        cp_mode = "bs_gt1" if cfg.enable_cp_shared_kv_prefill_bs_gt1 else "bs1"
+        cp_mode = CpMode.BS_GT1 if cfg.enable_cp_shared_kv_prefill_bs_gt1 else CpMode.BS1
     else:
-        cp_mode = "off"
+        cp_mode = CpMode.OFF
     return AdmissionLimits(
         page_size=cfg.page_size,
         max_prefill_tokens=cfg.max_prefill_tokens,
