@@ -51,3 +51,31 @@ def test_setup_headers_and_design_list_agree() -> None:
 def test_every_listed_module_exists() -> None:
     for name in _setup_list():
         assert (ROOT / "src" / name).is_file(), name
+
+
+def _except_names(fn: ast.AST) -> dict[str, set[str]]:
+    """``except T as NAME`` bindings in ``fn`` (nested functions apart): NAME -> types."""
+    out: dict[str, set[str]] = {}
+    todo = list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.ExceptHandler) and node.name and node.type is not None:
+            out.setdefault(node.name, set()).add(ast.unparse(node.type))
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def test_a_compiled_function_binds_each_exception_name_to_one_type() -> None:
+    """mypyc gives a local one type: ``except A as e`` then ``except B as e`` in one
+    function fails at run time ("A object expected; got B") in the compiled build only."""
+    bad = []
+    for rel in sorted(_headed()):
+        tree = ast.parse((ROOT / "src" / rel).read_text())
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for name, types in _except_names(fn).items():
+                    if len(types) > 1:
+                        bad.append(f"{rel} {fn.name}: {name} is {sorted(types)}")
+    assert not bad, bad

@@ -364,9 +364,9 @@ def serve(parent_pid: int = 0) -> None:
         if files is not None:
             files.abandon()
         reply = ("oserror", exc.errno, exc.strerror or str(exc), exc.filename)
-    except Exception as exc:
+    except Exception as other:
         if files is not None:
             files.abandon()
-        reply = ("error", f"{type(exc).__name__}: {exc}")
+        reply = ("error", f"{type(other).__name__}: {other}")
     stdout.write(pickle.dumps(reply, protocol=_PICKLE))
     stdout.flush()

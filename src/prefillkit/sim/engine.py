@@ -135,8 +135,7 @@ class Engine:
         self._decode_durations = array("d")
         self._heap: list[tuple[float, int, int, int, Any]] = []
         self._seq = 0
-        # Requests whose last forward was a chunk (cost/cached.py: continuations).
-        self._mid_chunk: set[str] = set()
+        self._mid_chunk: set[str] = set()  # last forward a chunk (cost/cached.py)
         # The requests the scheduler holds, by id (a step names its requests by id).
         self._live: dict[str, Request] = {}
         self.now = 0.0
@@ -145,8 +144,7 @@ class Engine:
         self.arrived = 0
         floor = cfg.scheduler.affinity_warm_floor_tokens
         self.collector = RunCollector(self.trace.keys, floor, sink) if self.streaming else None
-        # A stream's key units, checked as requests arrive (a list's: resolve_deployment).
-        self._key_units = KeyUnitCheck(self.dep.key_tokens)
+        self._key_units = KeyUnitCheck(self.dep.key_tokens)  # a stream's, as they arrive
         self._first_arrival: float | None = None
         self._window_limit = math.inf
         # A list run's requests as they arrived (closed-loop turns leave the list's order).
@@ -339,8 +337,8 @@ class Engine:
         if collector is not None:
             try:
                 self._key_units.check(req)
-            except KeyUnitError as e:
-                raise SimConfigError(str(e)) from None
+            except KeyUnitError as err:  # NOTE: not "e": mypyc gives a name one type
+                raise SimConfigError(str(err)) from None
             t = req.arrival_time
             if self._first_arrival is None:
                 self._first_arrival = t

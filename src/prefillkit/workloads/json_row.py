@@ -88,8 +88,8 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
         raise
     except RecursionError:
         raise RowError(_TOO_DEEP) from None
-    except ValueError as e:  # an integer longer than Python's digit limit
-        reason = str(e).split(":", 1)[0]
+    except ValueError as big:  # an integer longer than Python's digit limit
+        reason = str(big).split(":", 1)[0]
         raise RowError(f"invalid JSON: number too large ({reason})") from None
     if not isinstance(obj, dict):
         raise RowError(f"expected a JSON object, got {_json_type(obj)}")
