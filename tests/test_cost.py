@@ -9,13 +9,8 @@ import pytest
 
 from prefillkit.cost.forward_models import default_cost_model
 from prefillkit.cost.gpus import GPUS, GpuSpec, get_gpu
-from prefillkit.cost.roofline import (
-    BREAKDOWN_KEYS,
-    HOPPER,
-    ReqShape,
-    RooflineCostModel,
-    sparse_kernel_heads,
-)
+from prefillkit.cost.roofline import BREAKDOWN_KEYS, HOPPER, ReqShape, RooflineCostModel
+from prefillkit.cost.roofline_setup import sparse_kernel_heads
 from prefillkit.models import MODELS, get_model
 
 

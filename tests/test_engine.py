@@ -13,7 +13,7 @@ from prefillkit.cost.linear import LinearCostModel
 from prefillkit.cost.roofline import ReqShape
 from prefillkit.request import Request
 from prefillkit.sim.engine import Engine, simulate
-from prefillkit.workloads.generators import multi_turn_agentic
+from prefillkit.workloads.agentic import multi_turn_agentic
 from prefillkit.workloads.record import to_request
 from prefillkit.workloads.trace_reader import ReplayOptions
 

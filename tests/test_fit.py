@@ -11,17 +11,8 @@ import numpy as np
 import pytest
 
 from prefillkit.cli import run
-from prefillkit.cost.fit import (
-    CSV_COLUMNS,
-    Deployment,
-    FitInputError,
-    MeasuredBatch,
-    fit,
-    load_batches,
-    load_preset,
-    nnls,
-    write_preset,
-)
+from prefillkit.cost.fit import Deployment, fit, load_preset, nnls, write_preset
+from prefillkit.cost.fit_inputs import CSV_COLUMNS, FitInputError, MeasuredBatch, load_batches
 from prefillkit.cost.gpus import get_gpu
 from prefillkit.cost.roofline import Efficiencies, RooflineCostModel
 from prefillkit.models import get_model

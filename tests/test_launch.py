@@ -320,7 +320,7 @@ def test_launch_line_gets_sglangs_gpu_dependent_chunk(
 
 
 def test_sglang_chunk_default_bands() -> None:
-    from prefillkit.app.launch import sglang_chunk_default
+    from prefillkit.app.sglang_defaults import sglang_chunk_default
 
     mib = 2**20
     assert [sglang_chunk_default(x * 1024 * mib) for x in (16, 24, 48, 80, 141, 160, 192)] == [

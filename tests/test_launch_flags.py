@@ -26,9 +26,9 @@ from prefillkit.app.launch_flags import (
     classification_markdown,
     ignored_line,
     sglang_flags,
-    strip_launch_prefix,
     take_values,
 )
+from prefillkit.app.pasted_launch import strip_launch_prefix
 from prefillkit.app.settings import ConfigError, accepted_flags, parse_flags
 from prefillkit.cli import run
 

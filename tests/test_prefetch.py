@@ -141,7 +141,7 @@ def test_stopping_early_stops_the_child(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_a_dead_child_is_a_helper_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from prefillkit.workloads.generators import iter_multi_turn_agentic
+    from prefillkit.workloads.agentic import iter_multi_turn_agentic
     from prefillkit.workloads.trace_reader import iter_replay_records
 
     records = iter_replay_records(iter_multi_turn_agentic(num_sessions=3000, seed=0),

@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from prefillkit.report import plots
+from prefillkit.report import plot_ttft_time, plots
 from prefillkit.report.html import write_report
 from prefillkit.report.paired import (
     bootstrap_p99_diff,
@@ -445,7 +445,7 @@ def test_comparison_table_renders(runs: list[RunData]) -> None:
 
 PLOT_FUNCS = [
     plots.plot_ttft_cdf,
-    plots.plot_ttft_over_time,
+    plot_ttft_time.plot_ttft_over_time,
     plots.plot_queue_length,
     plots.plot_batches,
     plots.plot_cache_split,

@@ -24,11 +24,11 @@ import pytest
 import prefillkit.records.output as output
 from prefillkit.app.settings import Config, describe
 from prefillkit.cli import run
+from prefillkit.records.file_set import atomic_write_text
 from prefillkit.records.output import (
     BATCHES_FILE,
     REQUESTS_FILE,
     SUMMARY_FILE,
-    atomic_write_text,
     summary_document,
     write_run,
 )

@@ -13,12 +13,8 @@ import pytest
 
 from cli_support import cli
 from prefillkit.app.replay import WorkloadSpec, generate_records
-from prefillkit.workloads.generators import (
-    SEED_AGENTIC,
-    merge_agentic_args,
-    multi_turn_agentic,
-    seed_agentic,
-)
+from prefillkit.workloads.agentic import multi_turn_agentic
+from prefillkit.workloads.generators import SEED_AGENTIC, merge_agentic_args, seed_agentic
 from prefillkit.workloads.options import AGENTIC_PARAMS, GSP_PARAMS
 from prefillkit.workloads.record import TraceRecord
 from prefillkit.workloads.stats import trace_stats

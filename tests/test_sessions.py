@@ -20,8 +20,8 @@ from prefillkit.app.settings import Config
 from prefillkit.request import SESSION, Request, SessionTurn, session_of
 from prefillkit.sim.closed_loop import SessionGate
 from prefillkit.sim.engine import Engine
+from prefillkit.workloads.agentic import multi_turn_agentic
 from prefillkit.workloads.errors import WorkloadError
-from prefillkit.workloads.generators import multi_turn_agentic
 from prefillkit.workloads.jsonl import iter_jsonl, write_jsonl
 from prefillkit.workloads.record import TraceRecord
 

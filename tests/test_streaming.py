@@ -14,12 +14,8 @@ from prefillkit.app.replay import WorkloadSpec, load_requests, open_workload
 from prefillkit.app.settings import Config
 from prefillkit.records.output import StreamingRunWriter, summary_document, write_run
 from prefillkit.sim.engine import Engine
-from prefillkit.workloads.generators import (
-    generated_shared_prefix,
-    iter_generated_shared_prefix,
-    iter_multi_turn_agentic,
-    multi_turn_agentic,
-)
+from prefillkit.workloads.agentic import iter_multi_turn_agentic, multi_turn_agentic
+from prefillkit.workloads.generators import generated_shared_prefix, iter_generated_shared_prefix
 from prefillkit.workloads.trace_reader import ReplayOptions, iter_replay_records, replay_records
 
 CONFIGS: dict[str, dict[str, Any]] = {

@@ -21,9 +21,10 @@ from sweep_support import even_trace, task_log, write
 pytest.importorskip("pyarrow")
 
 from prefillkit.app.sweep import SweepError
-from prefillkit.app.sweep.capacity import Slo, run_capacity, slo_values
+from prefillkit.app.sweep.capacity import run_capacity
 from prefillkit.app.sweep.grid import load_grid
 from prefillkit.app.sweep.points import run_point
+from prefillkit.app.sweep.rate_search import Slo, slo_values
 from prefillkit.cli import run
 
 # NOTE: the subject here is interpreted code; .ci/run's compiled-build run skips it.
@@ -179,7 +180,7 @@ def test_capacity_cli_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFix
 
 def _view(points: list[tuple[str, dict[str, Any], float, float]]) -> Any:
     """A render ``View`` of finished points ``(id, labels, p99 s, input tok/s)``."""
-    from prefillkit.app.sweep.render import View
+    from prefillkit.app.sweep.view import View
 
     manifest = {
         "points": [{"id": pid, "labels": labels} for pid, labels, _, _ in points],
@@ -195,7 +196,7 @@ def _view(points: list[tuple[str, dict[str, Any], float, float]]) -> Any:
 def test_knob_effect_median_is_the_true_median() -> None:
     """An even count of points per value: the median is the mean of the middle two (it
     was the upper one: 3.0 for 1, 2, 3, 4)."""
-    from prefillkit.app.sweep.render import knob_effect
+    from prefillkit.app.sweep.view import knob_effect
 
     view = _view(
         [(f"p{i}", {"rate": 1.0}, p99, 100.0) for i, p99 in enumerate([4.0, 1.0, 3.0, 2.0])]
@@ -211,7 +212,7 @@ def test_knob_effect_median_is_the_true_median() -> None:
 def test_pareto_labels_of_close_points_do_not_overlap() -> None:
     """A capacity search's probes crowd the front near the limit: their labels are moved
     apart (with one fixed offset, every label of the cluster sat on the next)."""
-    from prefillkit.app.sweep.render import pareto_figure
+    from prefillkit.app.sweep.figures import pareto_figure
 
     cluster = [(f"c{i}", {"rate": 10.0 + i * 0.01}, 1.0 + i * 0.002, 1000.0 + i) for i in range(8)]
     spread = [("far0", {"rate": 1.0}, 0.1, 100.0), ("far1", {"rate": 50.0}, 9.0, 5000.0)]

@@ -126,7 +126,8 @@ def test_ray_worker_killed_mid_task_is_retried(ray_cluster: str, tmp_path: Path)
 
 
 def test_capacity_on_ray(ray_cluster: str, tmp_path: Path) -> None:
-    from prefillkit.app.sweep.capacity import Slo, run_capacity
+    from prefillkit.app.sweep.capacity import run_capacity
+    from prefillkit.app.sweep.rate_search import Slo
     from sweep_support import even_trace
 
     even_trace(tmp_path / "even.jsonl", 40)

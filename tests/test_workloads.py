@@ -14,10 +14,11 @@ import pytest
 
 from prefillkit.app.replay import Workload, WorkloadSpec, load_requests
 from prefillkit.request import block_key_chain
+from prefillkit.workloads.agentic import multi_turn_agentic
 from prefillkit.workloads.azure import iter_azure, parse_azure_timestamp_ns
 from prefillkit.workloads.bailian import iter_bailian
 from prefillkit.workloads.errors import WorkloadError
-from prefillkit.workloads.generators import generated_shared_prefix, multi_turn_agentic
+from prefillkit.workloads.generators import generated_shared_prefix
 from prefillkit.workloads.jsonl import iter_jsonl, write_jsonl
 from prefillkit.workloads.mooncake import iter_mooncake
 from prefillkit.workloads.record import TraceRecord, to_request

@@ -65,7 +65,8 @@ from prefillkit.app.variants import describe_variant as describe_variant
 from prefillkit.app.variants import load_variants_file as load_variants_file
 from prefillkit.app.variants import parse_variant_option as parse_variant_option
 from prefillkit.app.variants import setting_text as setting_text
-from prefillkit.records.output import atomic_write_text, json_ready
+from prefillkit.records.file_set import atomic_write_text
+from prefillkit.records.output import json_ready
 
 __all__ = [
     "COMPARE_FILE",

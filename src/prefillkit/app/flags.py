@@ -16,11 +16,8 @@ import typing
 from dataclasses import dataclass, field
 
 from prefillkit.app.knob_types import FIELD_NAMES, FIELD_TYPES, NULL_WORDS
-from prefillkit.app.launch_flags import (
-    consume_launch_flag,
-    strip_launch_prefix,
-    suggest_launch_flag,
-)
+from prefillkit.app.launch_flags import consume_launch_flag, suggest_launch_flag
+from prefillkit.app.pasted_launch import strip_launch_prefix
 from prefillkit.sched.config import ConfigError, field_flag
 
 __all__ = ["ParsedFlags", "accepted_flags", "parse_flags", "suggest_flag"]
@@ -114,7 +111,7 @@ def parse_flags(argv: list[str], *, allow_repeats: bool = False) -> ParsedFlags:
     ignored (listed in ``ignored``, its values consumed) or refused, as
     :mod:`~prefillkit.app.launch_flags` classifies it; a pasted ``python3 -m
     sglang.launch_server`` / ``sglang serve`` prefix is taken off first
-    (:func:`~prefillkit.app.launch_flags.strip_launch_prefix`). Values are typed
+    (:func:`~prefillkit.app.pasted_launch.strip_launch_prefix`). Values are typed
     but not range-checked (``Config`` does that). A setting given twice, by the same flag
     or by two spellings of it (``--tp 4 --tp-size 8``), is refused naming both, unless
     ``allow_repeats`` (layered flags, e.g. a compare variant's on top of the shared ones:

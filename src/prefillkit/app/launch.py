@@ -40,10 +40,7 @@ from prefillkit.app.settings import (
     parse_flags,
     read_config_file,
 )
-from prefillkit.app.sglang_defaults import SGLANG_CHUNK_BY_GPU_MIB as SGLANG_CHUNK_BY_GPU_MIB
-from prefillkit.app.sglang_defaults import SGLANG_DEFAULTS as SGLANG_DEFAULTS
-from prefillkit.app.sglang_defaults import sglang_chunk_default as sglang_chunk_default
-from prefillkit.app.sglang_defaults import sglang_gpu_defaults
+from prefillkit.app.sglang_defaults import SGLANG_DEFAULTS, sglang_gpu_defaults
 from prefillkit.cost.gpus import get_gpu
 from prefillkit.cost.validation import SEED_DEPLOYMENT
 from prefillkit.text import suggest
@@ -52,7 +49,6 @@ __all__ = [
     "DEFAULT_DEPLOYMENT",
     "DEPLOYMENT_FIELDS",
     "PRESETS",
-    "SGLANG_DEFAULTS",
     "ResolvedSettings",
     "base_text",
     "build_config",

@@ -36,8 +36,7 @@ from importlib import resources
 from typing import Literal
 
 from prefillkit.app.launch_flag_table import IGNORED_GROUPS, LEGACY, MODELLED, REFUSED
-from prefillkit.app.pasted_launch import is_flag as _is_flag
-from prefillkit.app.pasted_launch import strip_launch_prefix as strip_launch_prefix
+from prefillkit.app.pasted_launch import is_flag
 from prefillkit.sched.config import ConfigError
 
 __all__ = [
@@ -54,7 +53,6 @@ __all__ = [
     "consume_launch_flag",
     "ignored_line",
     "sglang_flags",
-    "strip_launch_prefix",
     "suggest_launch_flag",
     "take_values",
 ]
@@ -182,21 +180,21 @@ def take_values(
     if inline is not None:
         return [inline], i
     if nargs is None or nargs == "?":
-        if i < len(argv) and not _is_flag(argv[i]):
+        if i < len(argv) and not is_flag(argv[i]):
             return [argv[i]], i + 1
         if nargs == "?":
             return [], i
         raise ConfigError(f"{flag}: missing value")
     if nargs in ("+", "*"):
         end = i
-        while end < len(argv) and not _is_flag(argv[end]):
+        while end < len(argv) and not is_flag(argv[end]):
             end += 1
         if nargs == "+" and end == i:
             raise ConfigError(f"{flag}: missing value")
         return list(argv[i:end]), end
     count = int(nargs)
     values = list(argv[i : i + count])
-    if len(values) < count or any(_is_flag(v) for v in values):
+    if len(values) < count or any(is_flag(v) for v in values):
         raise ConfigError(f"{flag}: expected {count} values")
     return values, i + count
 

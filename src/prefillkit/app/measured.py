@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from prefillkit.app.replay import InputError
 from prefillkit.cost.deployment import SimSettings
 from prefillkit.cost.roofline import CostModel
-from prefillkit.records.output import atomic_write_text
+from prefillkit.records.file_set import atomic_write_text
 from prefillkit.request import Request
 from prefillkit.sim.engine import SimResult
 from prefillkit.sim.sizing import Deployment, resolve_deployment

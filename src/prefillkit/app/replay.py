@@ -41,6 +41,7 @@ from prefillkit.records.collector import RowSink
 from prefillkit.records.run_options import RunOptions
 from prefillkit.request import KeyUnitCheck, KeyUnitError, Request
 from prefillkit.sim.engine import Engine, SimResult
+from prefillkit.workloads.agentic import iter_multi_turn_agentic, multi_turn_agentic
 from prefillkit.workloads.block_size import block_size_refusal
 from prefillkit.workloads.bundled import resolve_trace
 from prefillkit.workloads.errors import WorkloadError
@@ -48,9 +49,7 @@ from prefillkit.workloads.generators import (
     SEED_AGENTIC,
     generated_shared_prefix,
     iter_generated_shared_prefix,
-    iter_multi_turn_agentic,
     merge_agentic_args,
-    multi_turn_agentic,
 )
 from prefillkit.workloads.jsonl import write_jsonl
 from prefillkit.workloads.record import TraceRecord, to_request

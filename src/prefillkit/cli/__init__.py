@@ -31,7 +31,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from prefillkit.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, echo_err
 from prefillkit.cli.flag_help import ConfigFlagsCommand, config_flags_epilog
 from prefillkit.cli.main import cli, main, run
-from prefillkit.report.console import make_console, print_summary_table
+from prefillkit.report.console import print_summary_table
+from prefillkit.report.console_base import make_console
 
 __all__ = [
     "EXIT_INTERRUPTED",

@@ -10,7 +10,7 @@ import click
 
 from prefillkit.cli.common import CONTEXT_SETTINGS
 from prefillkit.records.output import json_ready
-from prefillkit.report.console import make_console
+from prefillkit.report.console_base import make_console
 
 __all__ = ["calibrate_cmd"]
 
@@ -25,7 +25,8 @@ def _fit_preset(
 ) -> None:
     """Fit the cost model's coefficients to the measured ``batches``; write the preset to
     ``output`` and print the coefficients with their cross-validated error."""
-    from prefillkit.cost.fit import Deployment, fit, load_batches, write_preset
+    from prefillkit.cost.fit import Deployment, fit, write_preset
+    from prefillkit.cost.fit_inputs import load_batches
 
     measured = [b for path in batches for b in load_batches(path)]
     result = fit(measured, Deployment(*deployment), folds=folds)

@@ -16,7 +16,7 @@ from prefillkit.cli.common import (
     echo_err,
     positive_float,
 )
-from prefillkit.report.console import make_console
+from prefillkit.report.console_base import make_console
 
 __all__ = ["CAPACITY_HELP", "capacity_cmd"]
 
@@ -71,8 +71,9 @@ rerun reuses them. Writes DIR/capacity.json and DIR/report.html.
 @backend_options
 @click.pass_context
 def capacity_cmd(ctx: click.Context, /, **params: Any) -> None:
-    from prefillkit.app.sweep.capacity import Slo, run_capacity
+    from prefillkit.app.sweep.capacity import run_capacity
     from prefillkit.app.sweep.grid import load_grid
+    from prefillkit.app.sweep.rate_search import Slo
     from prefillkit.app.sweep.render import render_store
     from prefillkit.app.sweep.sweep import SweepInterrupted
 

@@ -50,7 +50,7 @@ from prefillkit.cli.common import (
 )
 from prefillkit.cli.workload_spec import workload_spec
 from prefillkit.records.run_options import RunOptions
-from prefillkit.report.console import fmt_seconds, make_console
+from prefillkit.report.console_base import fmt_seconds, make_console
 from prefillkit.report.paired import comparison_table, headline_table
 
 __all__ = ["run_compare"]

@@ -12,7 +12,7 @@ from prefillkit.app.settings import ConfigError, ConfigFile
 from prefillkit.cli.common import CONTEXT_SETTINGS, echo_err, os_reason
 from prefillkit.cli.workload_options import generator_options
 from prefillkit.cli.workload_spec import generator_args
-from prefillkit.report.console import fmt_pct
+from prefillkit.report.console_base import fmt_pct
 from prefillkit.workloads.stats import TOKEN_BLOCK_SIZE, trace_stats
 
 __all__ = ["GENERATE_HELP", "generate_cmd"]

@@ -10,7 +10,8 @@ import click
 from prefillkit.app.launch import knob_defaults
 from prefillkit.app.settings import Config, knob_table
 from prefillkit.cli.common import CONTEXT_SETTINGS
-from prefillkit.report.console import knobs_table, make_console
+from prefillkit.report.console import knobs_table
+from prefillkit.report.console_base import make_console
 
 __all__ = ["knobs_cmd"]
 

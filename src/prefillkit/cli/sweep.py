@@ -16,7 +16,7 @@ from prefillkit.cli.common import (
     backend_options,
     echo_err,
 )
-from prefillkit.report.console import make_console
+from prefillkit.report.console_base import make_console
 
 __all__ = ["SWEEP_HELP", "sweep_cmd"]
 

@@ -1,5 +1,5 @@
 """``prefillkit trace-stats``: a trace's size, rate, lengths and prefix-cache hit rates
-(the tables are :func:`prefillkit.report.console.print_trace_stats`)."""
+(the tables are :func:`prefillkit.report.trace_tables.print_trace_stats`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from prefillkit.app.replay import InputError
 from prefillkit.cli.common import CONTEXT_SETTINGS, echo_err
 from prefillkit.cli.workload_options import FORMAT_OPTION
 from prefillkit.records.output import json_ready
-from prefillkit.report.console import print_trace_stats
+from prefillkit.report.trace_tables import print_trace_stats
 from prefillkit.sim.engine import SimConfigError
 from prefillkit.workloads.block_size import block_size_refusal
 from prefillkit.workloads.bundled import resolve_trace

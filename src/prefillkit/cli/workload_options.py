@@ -13,13 +13,11 @@ import click
 
 from prefillkit.app.replay import GENERATORS
 from prefillkit.cli.common import Decorator, apply_options, positive_float
+from prefillkit.workloads.agentic import multi_turn_agentic
 from prefillkit.workloads.bundled import BUNDLED_TRACES
-from prefillkit.workloads.generators import (
-    SEED_AGENTIC,
-    generated_shared_prefix,
-    multi_turn_agentic,
-)
-from prefillkit.workloads.options import AGENTIC_PARAMS, GSP_PARAMS, GenParam, parse_text
+from prefillkit.workloads.generators import SEED_AGENTIC, generated_shared_prefix
+from prefillkit.workloads.options import AGENTIC_PARAMS, GSP_PARAMS
+from prefillkit.workloads.param_values import GenParam, parse_text
 from prefillkit.workloads.trace_reader import FORMATS
 
 __all__ = [
@@ -54,7 +52,7 @@ def _param_help(p: GenParam) -> str:
 
 
 class _GenParamType(click.ParamType):
-    """A generator parameter's value on the command line (see ``options.parse_text``)."""
+    """A generator parameter's value on the command line (see ``param_values.parse_text``)."""
 
     def __init__(self, param: GenParam) -> None:
         self.param = param

@@ -15,11 +15,11 @@ from prefillkit.workloads.generators import merge_agentic_args
 from prefillkit.workloads.options import (
     AGENTIC_PARAMS,
     GSP_PARAMS,
-    GenParam,
     WorkloadTable,
     WorkloadTableError,
     workload_table,
 )
+from prefillkit.workloads.param_values import GenParam
 
 __all__ = ["generator_args", "workload_spec"]
 

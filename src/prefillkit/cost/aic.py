@@ -79,7 +79,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from prefillkit.cost.aic_families import PROBE_TOKENS as PROBE_TOKENS
 from prefillkit.cost.aic_families import AicEvaluator, build_families, probe_terms
 from prefillkit.cost.aic_tables import (
     BACKENDS,

@@ -47,14 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from prefillkit.cost.fit_inputs import (
-    CSV_COLUMNS,
-    FitInputError,
-    MeasuredBatch,
-    load_batches,
-    parse_batch_csv,
-    parse_sglang_log,
-)
+from prefillkit.cost.fit_inputs import FitInputError, MeasuredBatch
 from prefillkit.cost.gpus import get_gpu
 from prefillkit.cost.roofline import Efficiencies, ParallelLayout, RooflineCostModel
 from prefillkit.models import get_model
@@ -63,20 +56,14 @@ from prefillkit.sched.buffer import ReqShape
 
 __all__ = [
     "COEFFICIENTS",
-    "CSV_COLUMNS",
     "FEATURES",
     "Deployment",
-    "FitInputError",
     "FitResult",
     "FittedCostModel",
-    "MeasuredBatch",
     "feature_matrix",
     "fit",
-    "load_batches",
     "load_preset",
     "nnls",
-    "parse_batch_csv",
-    "parse_sglang_log",
     "unit_cost_model",
     "write_preset",
 ]

@@ -84,7 +84,6 @@ from prefillkit.cost.roofline_setup import (
     gemm_timer,
     resolve_settings,
 )
-from prefillkit.cost.roofline_setup import sparse_kernel_heads as sparse_kernel_heads
 from prefillkit.models import ModelSpec, token_local_gemms
 from prefillkit.sched.buffer import ReqShape
 

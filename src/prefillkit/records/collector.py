@@ -37,12 +37,13 @@ import operator
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from prefillkit.records.column_stats import BusyChunks
 from prefillkit.records.exact_stats import LIMIT
 from prefillkit.records.metrics import BatchRecord, cache_class, request_values
 from prefillkit.records.slo import DEFAULT_PERCENTILES
 from prefillkit.records.spill import CHUNK_ROWS, SpillColumns
 from prefillkit.records.steady import CLASS_CODES
-from prefillkit.records.stream_summary import BusyChunks, batch_busy, streaming_summary
+from prefillkit.records.stream_summary import batch_busy, streaming_summary
 from prefillkit.request import ReqStatus, Request
 
 __all__ = [

@@ -72,14 +72,15 @@ from pathlib import Path
 from typing import Any
 
 from prefillkit.outfile import temp_path
-from prefillkit.records.file_set import atomic_write_text as atomic_write_text
-from prefillkit.records.file_set import check_targets as _check_targets
-from prefillkit.records.file_set import commit_temps as _commit_temps
-from prefillkit.records.file_set import file_manifest as file_manifest
-from prefillkit.records.file_set import remove_stale_temporaries as remove_stale_temporaries
-from prefillkit.records.file_set import unlink_quietly as _unlink_quietly
-from prefillkit.records.file_set import write_file_set as write_file_set
-from prefillkit.records.file_set import write_temp as _write_temp
+from prefillkit.records.file_set import (
+    check_targets,
+    commit_temps,
+    file_manifest,
+    remove_stale_temporaries,
+    unlink_quietly,
+    write_file_set,
+    write_temp,
+)
 from prefillkit.records.metrics import REQUEST_COLUMNS, batch_columns, request_row
 from prefillkit.records.result import SimResult
 from prefillkit.records.row_writer import RowFiles, fast_cell, open_row_files
@@ -95,13 +96,9 @@ __all__ = [
     "SUMMARY_FILE",
     "WALL_CLOCK_FIELDS",
     "StreamingRunWriter",
-    "atomic_write_text",
-    "file_manifest",
     "json_ready",
-    "remove_stale_temporaries",
     "summary_document",
     "temp_path",
-    "write_file_set",
     "write_run",
 ]
 
@@ -177,7 +174,7 @@ class StreamingRunWriter:
         self.folder = Path(out_dir)
         self.folder.mkdir(parents=True, exist_ok=True)
         names = (REQUESTS_FILE, BATCHES_FILE, SUMMARY_FILE)
-        _check_targets(self.folder, names)
+        check_targets(self.folder, names)
         remove_stale_temporaries(self.folder, names)
         # ".part": rows of a run in progress; the set's commit (the ".tmp" summary, then
         # the renames) is the same short window as write_run's.
@@ -236,8 +233,8 @@ class StreamingRunWriter:
             doc = {**document, "files": manifest}
             summary_text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
             temps = dict(self._parts)
-            temps[SUMMARY_FILE] = _write_temp(self.folder / SUMMARY_FILE, summary_text)
-            _commit_temps(self.folder, temps, SUMMARY_FILE)
+            temps[SUMMARY_FILE] = write_temp(self.folder / SUMMARY_FILE, summary_text)
+            commit_temps(self.folder, temps, SUMMARY_FILE)
         finally:
             self.discard()
 
@@ -248,11 +245,11 @@ class StreamingRunWriter:
             self._files = None
         for part in self._parts.values():
             if part.exists():
-                _unlink_quietly(part)
+                unlink_quietly(part)
         self._parts = {}
         tmp = [p for p in self.folder.glob(f".{SUMMARY_FILE}.{os.getpid()}.*.tmp")]
         for p in tmp:
-            _unlink_quietly(p)
+            unlink_quietly(p)
 
 
 def _written_requests(result: SimResult) -> list[Request]:

@@ -23,14 +23,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prefillkit.records.column_stats import BusyChunks as BusyChunks
-from prefillkit.records.column_stats import Column as _Column
-from prefillkit.records.column_stats import busy_before as _busy_before
-from prefillkit.records.column_stats import column_max as _max
-from prefillkit.records.column_stats import count_before as _count_before
-from prefillkit.records.column_stats import finite_column as _finite
-from prefillkit.records.column_stats import latency_stats as _latency_stats
-from prefillkit.records.column_stats import ttft_stats as _ttft_stats
+from prefillkit.records.column_stats import (
+    BusyChunks,
+    Column,
+    busy_before,
+    column_max,
+    count_before,
+    finite_column,
+    latency_stats,
+    ttft_stats,
+)
 from prefillkit.records.exact_stats import LIMIT
 from prefillkit.records.run_flags import drain_limit_s, drain_seconds, flag_metrics
 from prefillkit.records.slo import DEFAULT_PERCENTILES
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 else:
     np = lazy_module("numpy")
 
-__all__ = ["BusyChunks", "streaming_summary"]
+__all__ = ["streaming_summary"]
 
 
 def _windows(
@@ -58,12 +60,12 @@ def _windows(
     n = len(edges) - 1
     clipped = np.minimum(edges, max(sim_end_s, float(edges[0])))
     arrived, bounds, backlog, firsts = _window_counts(reqs, done, edges, clipped)
-    busy_at, _ = _busy_before(busy, clipped)
+    busy_at, _ = busy_before(busy, clipped)
     out: list[dict[str, Any]] = []
     for i in range(n):
         length = float(clipped[i + 1] - clipped[i])
         util = float(busy_at[i + 1] - busy_at[i]) / length if length > 0 else None
-        sample = _Column(done, "ttft", int(bounds[i]), int(bounds[i + 1]))
+        sample = Column(done, "ttft", int(bounds[i]), int(bounds[i + 1]))
         out.append(
             window_record(
                 i,
@@ -71,7 +73,7 @@ def _windows(
                 (int(arrived[i + 1] - arrived[i]), len(sample), int(firsts[i])),
                 util,
                 (int(backlog[i]), int(backlog[i + 1])),
-                _ttft_stats(sample.chunks, len(sample), "ttft_", limit),
+                ttft_stats(sample.chunks, len(sample), "ttft_", limit),
             )
         )
     return out
@@ -87,12 +89,12 @@ def _window_counts(
     inner = edges[1:n]
     # rows before each window: arrivals < edges[i] (window i = arrivals in
     # [edges[i], edges[i+1]); the first and last windows take what rounding left out)
-    arrived = np.concatenate(([0], _count_before(reqs.chunks("arrival"), inner), [len(reqs)]))
-    bounds = np.concatenate(([0], _count_before(done.chunks("arrival"), inner), [len(done)]))
-    tokens = _count_before(
+    arrived = np.concatenate(([0], count_before(reqs.chunks("arrival"), inner), [len(reqs)]))
+    bounds = np.concatenate(([0], count_before(done.chunks("arrival"), inner), [len(done)]))
+    tokens = count_before(
         (np.sort(c) for c in done.chunks("first_token")), clipped
     )  # first tokens < each clipped edge
-    kept = _count_before(
+    kept = count_before(
         (
             a[k.astype(bool)]
             for a, k in zip(reqs.chunks("arrival"), reqs.chunks("kept"), strict=True)
@@ -115,7 +117,7 @@ def _class_stats(done: SpillColumns, limit: int) -> dict[str, Any]:
 
         n = sum(len(c) for c in chunks())
         out[f"{name}_requests"] = n
-        out.update(_ttft_stats(chunks, n, f"{name}_ttft_", limit))
+        out.update(ttft_stats(chunks, n, f"{name}_ttft_", limit))
     return out
 
 
@@ -125,20 +127,20 @@ def _steady(
     """:func:`prefillkit.records.steady._steady_stats` from the columns."""
     span = steady_interval(t0, t_last, window_s) if len(reqs) else None
     if span is None:
-        sample = _Column(done, "ttft", 0, 0)
+        sample = Column(done, "ttft", 0, 0)
         inside = 0
     else:
         t = np.array(span)
-        a = _count_before(reqs.chunks("arrival"), t)
-        d = _count_before(done.chunks("arrival"), t)
+        a = count_before(reqs.chunks("arrival"), t)
+        d = count_before(done.chunks("arrival"), t)
         inside = int(a[1] - a[0])
-        sample = _Column(done, "ttft", int(d[0]), int(d[1]))
+        sample = Column(done, "ttft", int(d[0]), int(d[1]))
     return {
         "steady_start_s": None if span is None else span[0],
         "steady_end_s": None if span is None else span[1],
         "steady_requests": inside,
         "steady_completed": len(sample),
-        **_ttft_stats(sample.chunks, len(sample), "steady_ttft_", limit),
+        **ttft_stats(sample.chunks, len(sample), "steady_ttft_", limit),
     }
 
 
@@ -182,7 +184,7 @@ def streaming_summary(
     input_tokens, dev, host, chunks = done_sums
     t0, t_last = _arrival_span(reqs)
     span = max(sim_end_s - t0, 0.0)
-    _, prefill_busy = _busy_before(batch_busy(batches), np.zeros(0))
+    _, prefill_busy = busy_before(batch_busy(batches), np.zeros(0))
     unfinished = n - n_done - (rejected - rejected_done)
     latency = _latency(done, n, span, percentiles, slo_ttft_s, limit)
     # NOTE: summarize's keys first, in its order (its TTFT and queueing values are the
@@ -273,10 +275,10 @@ def _latency(
     attainment and goodput (:func:`prefillkit.records.slo.latency_metrics`' keys)."""
     chosen = tuple(sorted(set(pcts)))
     qs = tuple(sorted(set(DEFAULT_PERCENTILES) | set(chosen)))
-    ttft = _Column(done, "ttft")
+    ttft = Column(done, "ttft")
     latency: dict[str, Any] = {"percentiles": list(chosen)}
-    latency.update(_latency_stats(ttft, "ttft", qs, limit))
-    latency.update(_latency_stats(_finite(_Column(done, "queue")), "queueing", qs, limit))
+    latency.update(latency_stats(ttft, "ttft", qs, limit))
+    latency.update(latency_stats(finite_column(Column(done, "queue")), "queueing", qs, limit))
     if slo_ttft_s is not None:
         met = sum(int((c <= slo_ttft_s).sum()) for c in ttft.chunks())
         latency["slo_ttft_s"] = slo_ttft_s
@@ -303,7 +305,7 @@ def _window_metrics(
     if len(reqs):
         edges = t0 + window_s * np.arange(num_windows(t0, t_last, window_s) + 1, dtype=float)
         windows = _windows(reqs, done, busy, edges, sim_end_s, limit)
-    last = _max(done.chunks("first_token")) if len(done) else None
+    last = column_max(done.chunks("first_token")) if len(done) else None
     return {
         **flag_metrics(
             windows,

@@ -44,12 +44,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from prefillkit.outfile import OutputFile, resolve_output
+from prefillkit.records.file_set import atomic_write_text, remove_stale_temporaries
 from prefillkit.records.metrics import BatchRecord
-from prefillkit.records.output import (
-    atomic_write_text,
-    json_ready,
-    remove_stale_temporaries,
-)
+from prefillkit.records.output import json_ready
 from prefillkit.records.result import SimResult
 from prefillkit.request import ReqStatus, Request
 

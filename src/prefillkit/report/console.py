@@ -4,7 +4,7 @@ statistics and the knob list, with the value formatters they share.
 Every label is from :mod:`prefillkit.report.labels` or written here, never a raw key.
 rich loads when a table is built, not on import (``prefillkit --help`` never needs it).
 The console and the formatters are :mod:`prefillkit.report.console_base`'s, the
-``trace-stats`` tables :mod:`prefillkit.report.trace_tables`' (all importable from here).
+``trace-stats`` tables :mod:`prefillkit.report.trace_tables`'.
 """
 
 from __future__ import annotations
@@ -13,32 +13,24 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prefillkit.records.slo import pct_key, pct_label
-from prefillkit.report.console_base import fmt_count as fmt_count
-from prefillkit.report.console_base import fmt_float as fmt_float
-from prefillkit.report.console_base import fmt_pct as fmt_pct
-from prefillkit.report.console_base import fmt_seconds as fmt_seconds
-from prefillkit.report.console_base import fmt_tokens as fmt_tokens
-from prefillkit.report.console_base import make_console as make_console
-from prefillkit.report.console_base import plain as _plain
+from prefillkit.report.console_base import (
+    fmt_count,
+    fmt_float,
+    fmt_pct,
+    fmt_seconds,
+    fmt_tokens,
+    make_console,
+    plain,
+)
 from prefillkit.report.deployment import deployment_panel
 from prefillkit.report.labels import metric_label
-from prefillkit.report.trace_tables import LruRow as LruRow
-from prefillkit.report.trace_tables import print_trace_stats as print_trace_stats
 
 if TYPE_CHECKING:
     from rich.table import Table
 
 __all__ = [
-    "LruRow",
-    "fmt_count",
-    "fmt_float",
-    "fmt_pct",
-    "fmt_seconds",
-    "fmt_tokens",
     "knobs_table",
-    "make_console",
     "print_summary_table",
-    "print_trace_stats",
 ]
 
 Rows = list[tuple[str, str]]
@@ -221,12 +213,12 @@ def print_summary_table(doc: dict[str, Any], *, wall_time_s: float | None = None
         sections.append([("wall time", fmt_seconds(wall_time_s))])
     table = _metrics_table(title, sections)
     console = make_console()
-    _plain(console, f"workload: {wl.get('source', '-')}")
-    _plain(console, f"deployment: {_deployment_line(cfg)}")
+    plain(console, f"workload: {wl.get('source', '-')}")
+    plain(console, f"deployment: {_deployment_line(cfg)}")
     console.print(_deployment_table(doc))
     console.print(table)
     if note := run_split_note(metrics, cfg):  # a degenerate warm/cold split, with its rule
-        _plain(console, note)
+        plain(console, note)
 
 
 # --------------------------------------------------------------------------- knobs

@@ -13,7 +13,7 @@ This module draws the TTFT distribution, queue and window plots and lists every 
 a report (:data:`PLOTS`); the TTFT-over-time plot is
 :mod:`prefillkit.report.plot_ttft_time`'s, the batches plot is
 :mod:`prefillkit.report.plot_batches`'s, the cache plots are
-:mod:`prefillkit.report.plot_cache`'s (all importable from here too), and
+:mod:`prefillkit.report.plot_cache`'s (these two importable from here too), and
 :mod:`prefillkit.report.plot_save` writes the PNG files.
 """
 
@@ -57,7 +57,7 @@ from prefillkit.report.plot_cache import cache_split as cache_split
 from prefillkit.report.plot_cache import plot_affinity as plot_affinity
 from prefillkit.report.plot_cache import plot_cache_split as plot_cache_split
 from prefillkit.report.plot_save import save_figure as _save
-from prefillkit.report.plot_ttft_time import plot_ttft_over_time as plot_ttft_over_time
+from prefillkit.report.plot_ttft_time import plot_ttft_over_time
 from prefillkit.report.rundir import RunData
 
 __all__ = [
@@ -71,7 +71,6 @@ __all__ = [
     "plot_cache_split",
     "plot_queue_length",
     "plot_ttft_cdf",
-    "plot_ttft_over_time",
     "plot_windows",
     "render_plots",
     "variant_colors",

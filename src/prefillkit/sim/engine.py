@@ -34,6 +34,7 @@ from prefillkit.cost.deployment import SimSettings
 from prefillkit.cost.forward_models import cost_model_for_config, cost_model_record
 from prefillkit.cost.roofline import CostModel, ReqShape
 from prefillkit.records.collector import RowSink, RunCollector
+from prefillkit.records.column_stats import BusyChunks
 from prefillkit.records.metrics import BatchRecord, BatchTrace, summarize
 from prefillkit.records.result import SimResult
 from prefillkit.records.run_options import RunOptions
@@ -43,7 +44,6 @@ from prefillkit.records.steady import (
     check_window_s,
     steady_metrics,
 )
-from prefillkit.records.stream_summary import BusyChunks
 from prefillkit.request import SESSION, KeyUnitCheck, KeyUnitError, ReqStatus, Request
 from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_fits
 from prefillkit.sched.interface import SchedulerInterface, StepOutput, build_scheduler

@@ -10,7 +10,7 @@
 
 All return ``TraceRecord`` lists sorted by arrival; the same arguments and seed always
 give identical records. ``multi_turn_agentic`` is defined in
-:mod:`prefillkit.workloads.agentic` and re-exported here.
+:mod:`prefillkit.workloads.agentic`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from prefillkit.request import SessionTurn
 from prefillkit.text import lazy_module
-from prefillkit.workloads.agentic import iter_multi_turn_agentic, multi_turn_agentic
+from prefillkit.workloads.agentic import multi_turn_agentic
 from prefillkit.workloads.arrivals import poisson_array
 from prefillkit.workloads.record import TraceRecord
 
@@ -37,9 +37,7 @@ __all__ = [
     "SYSTEM_PROMPT_CHOICE",
     "generated_shared_prefix",
     "iter_generated_shared_prefix",
-    "iter_multi_turn_agentic",
     "merge_agentic_args",
-    "multi_turn_agentic",
     "seed_agentic",
 ]
 

@@ -1,6 +1,6 @@
 # Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """prefillkit's own JSONL workload format, plus the line reader all JSONL loaders share
-(a row's decoding and field readers: :mod:`prefillkit.workloads.json_row`, re-exported).
+(a row's decoding and field readers: :mod:`prefillkit.workloads.json_row`).
 
 Format
 ------
@@ -86,7 +86,6 @@ __all__ = [
     "iter_jsonl",
     "record_to_json",
     "scan_last_turns",
-    "show",
     "stream_records",
     "write_jsonl",
 ]

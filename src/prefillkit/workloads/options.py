@@ -5,7 +5,7 @@ the command-line option that sets it, the kind of value and its bounds. The same
 description parses a flag's text (:func:`parse_text`) and checks a value from a TOML
 ``[workload]`` table (:func:`check_value`), so both give the same one-line errors
 (:class:`GenParam`, the value kinds, checks and parsing are in
-:mod:`prefillkit.workloads.param_values`, re-exported here).
+:mod:`prefillkit.workloads.param_values`).
 
 Ranges are written ``LO,HI`` on the command line (``--agentic-turns 10,30``; a single
 number ``N`` means ``N,N``) and ``[LO, HI]`` (or a single number) in TOML.
@@ -31,19 +31,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefillkit.workloads.generators import SYSTEM_PROMPT_CHOICE
-from prefillkit.workloads.param_values import KINDS as KINDS
-from prefillkit.workloads.param_values import GenParam, check_value, parse_text, show_value
+from prefillkit.workloads.param_values import GenParam, check_value, show_value
 
 __all__ = [
     "AGENTIC_PARAMS",
     "GENERATOR_PARAMS",
     "GSP_PARAMS",
-    "GenParam",
     "WorkloadTable",
     "WorkloadTableError",
-    "check_value",
     "params_of",
-    "parse_text",
     "workload_table",
 ]
 

@@ -34,14 +34,11 @@ from prefillkit.app.sweep import SweepError
 from prefillkit.app.sweep.backend import Backend, Outcome, PointRunner
 from prefillkit.app.sweep.grid import Grid
 from prefillkit.app.sweep.points import PointSpec
-from prefillkit.app.sweep.rate_search import Search as Search
-from prefillkit.app.sweep.rate_search import Slo as Slo
-from prefillkit.app.sweep.rate_search import max_probes as max_probes
-from prefillkit.app.sweep.rate_search import probes_left, slo_values
+from prefillkit.app.sweep.rate_search import Search, Slo, max_probes, probes_left, slo_values
 from prefillkit.app.sweep.store import ManifestWriter, Store, atomic_write_bytes
 from prefillkit.app.sweep.sweep import Progress, SweepInterrupted, open_backend, store_outcome
 
-__all__ = ["CAPACITY_FILE", "Search", "Slo", "run_capacity", "slo_values"]
+__all__ = ["CAPACITY_FILE", "run_capacity"]
 
 CAPACITY_FILE = "capacity.json"
 

@@ -54,15 +54,14 @@ from typing import Any
 
 from prefillkit.app.settings import parse_flags
 from prefillkit.app.sweep import SweepError
-from prefillkit.app.sweep.grid_knobs import WORKLOAD_AXES as WORKLOAD_AXES
-from prefillkit.app.sweep.grid_knobs import check_value, grid_error, knob_name
+from prefillkit.app.sweep.grid_knobs import WORKLOAD_AXES, check_value, grid_error, knob_name
 from prefillkit.app.sweep.grid_samples import samples as _samples
 from prefillkit.app.sweep.grid_workloads import workloads as _workloads
 from prefillkit.app.sweep.points import PointSpec, config_for
 from prefillkit.sim.engine import Engine
 from prefillkit.text import one_line, suggest
 
-__all__ = ["WORKLOAD_AXES", "Grid", "load_grid", "parse_grid"]
+__all__ = ["Grid", "load_grid", "parse_grid"]
 
 _TOP_KEYS = ("sweep", "base", "grid", "sample", "workload")
 _SWEEP_KEYS = ("seeds", "name")

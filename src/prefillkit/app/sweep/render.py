@@ -25,23 +25,19 @@ from typing import Any
 from rich.table import Table
 
 from prefillkit.app.sweep import SweepError
-from prefillkit.app.sweep.figures import LABEL_OFFSETS as LABEL_OFFSETS
 from prefillkit.app.sweep.figures import effects_png, gpus_png, pareto_png
-from prefillkit.app.sweep.figures import pareto_figure as pareto_figure
 from prefillkit.app.sweep.store import Store, atomic_write_bytes
-from prefillkit.app.sweep.view import DEFAULT_SLOS as DEFAULT_SLOS
-from prefillkit.app.sweep.view import View as View
-from prefillkit.app.sweep.view import best_per_slo as best_per_slo
-from prefillkit.app.sweep.view import knob_effect as knob_effect
-from prefillkit.app.sweep.view import label_text, num, pareto_ids
-from prefillkit.app.sweep.view import load_view as load_view
+from prefillkit.app.sweep.view import (
+    DEFAULT_SLOS,
+    View,
+    best_per_slo,
+    label_text,
+    load_view,
+    num,
+    pareto_ids,
+)
 
 __all__ = [
-    "DEFAULT_SLOS",
-    "View",
-    "best_per_slo",
-    "load_view",
-    "pareto_ids",
     "render_store",
     "summary_table",
     "write_html",
