@@ -23,7 +23,7 @@ from prefillkit.sched.adder import CloseReason, PrefillAdder
 from prefillkit.sched.affinity import BatchLead
 from prefillkit.sched.batch import PrefillBatch
 from prefillkit.sched.state import SchedulerState
-from prefillkit.sched.step import PrefixSegment, ScheduledReq, StepOutput, limit_of
+from prefillkit.sched.step import PrefixSegment, ScheduledReq, StepOutput
 
 
 def launch(
@@ -167,7 +167,6 @@ def step_output(st: SchedulerState, batch: PrefillBatch | None) -> StepOutput:
         step_id=st.step_seq,
         reqs=tuple(out),
         stop_reason=reason,
-        limit=limit_of(reason),
         extend_tokens=batch.extend_tokens,
         cached_tokens=batch.cached_tokens,
         load_back_tokens=batch.load_back_tokens,
@@ -205,7 +204,7 @@ def _empty_step(st: SchedulerState, reason: CloseReason) -> StepOutput:
         if len(st.empty_steps) >= 64:
             st.empty_steps.clear()
         empty = st.empty_steps[key] = StepOutput(
-            step_id=0, reqs=(), stop_reason=reason, limit=limit_of(reason), waiting_len=key[1]
+            step_id=0, reqs=(), stop_reason=reason, waiting_len=key[1]
         )
     return empty
 

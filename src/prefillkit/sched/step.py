@@ -163,7 +163,6 @@ class StepOutput:
     step_id: int
     reqs: tuple[ScheduledReq, ...]
     stop_reason: CloseReason
-    limit: CloseReason | None
     extend_tokens: int = 0
     cached_tokens: int = 0
     load_back_tokens: int = 0
@@ -183,7 +182,6 @@ class StepOutput:
         step_id: int,
         reqs: tuple[ScheduledReq, ...],
         stop_reason: CloseReason,
-        limit: CloseReason | None,
         extend_tokens: int = 0,
         cached_tokens: int = 0,
         load_back_tokens: int = 0,
@@ -199,7 +197,6 @@ class StepOutput:
         object.__setattr__(self, "step_id", step_id)
         object.__setattr__(self, "reqs", reqs)
         object.__setattr__(self, "stop_reason", stop_reason)
-        object.__setattr__(self, "limit", limit)
         object.__setattr__(self, "extend_tokens", extend_tokens)
         object.__setattr__(self, "cached_tokens", cached_tokens)
         object.__setattr__(self, "load_back_tokens", load_back_tokens)
@@ -215,6 +212,11 @@ class StepOutput:
     @property
     def empty(self) -> bool:
         return not self.reqs
+
+    @property
+    def limit(self) -> CloseReason | None:
+        """``stop_reason`` when it is a batch limit (:func:`limit_of`), else None."""
+        return limit_of(self.stop_reason)
 
 
 class AdmissionEventKind(Enum):
