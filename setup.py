@@ -54,6 +54,7 @@ COMPILED = [
     "src/prefillkit/sched/seeding.py",
     "src/prefillkit/sched/state.py",
     "src/prefillkit/sched/step.py",
+    "src/prefillkit/sched/verdicts.py",
     "src/prefillkit/sched/waiting.py",
     "src/prefillkit/sim/engine.py",
     "src/prefillkit/records/collector.py",

@@ -34,7 +34,8 @@ from prefillkit.cache import (  # noqa: E402  (after the import path is set)
     lane_split,
 )
 from prefillkit.request import ReqStatus, Request  # noqa: E402
-from prefillkit.sched.adder import AddReqResult, AdmissionLimits, PrefillAdder  # noqa: E402
+from prefillkit.sched.adder import AdmissionLimits, PrefillAdder  # noqa: E402
+from prefillkit.sched.verdicts import AddReqResult  # noqa: E402
 
 
 def is_compiled(module: ModuleType) -> bool:

@@ -28,15 +28,9 @@ from conftest import (
 from prefillkit.cache import PrefixCache, check_invariants
 from prefillkit.models import get_model
 from prefillkit.request import Request
-from prefillkit.sched.adder import (
-    AddReqResult,
-    AdmissionLimits,
-    CloseReason,
-    CpMode,
-    PrefillAdder,
-    ignore_eos_fits,
-)
+from prefillkit.sched.adder import AdmissionLimits, PrefillAdder, ignore_eos_fits
 from prefillkit.sched.buffer import BufferEstimatorContext, BufferReqShape, estimate_buffer_bytes
+from prefillkit.sched.verdicts import AddReqResult, CloseReason, CpMode
 
 CONT = AddReqResult.CONTINUE
 NO_TOKEN = AddReqResult.NO_TOKEN

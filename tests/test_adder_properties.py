@@ -32,11 +32,11 @@ from conftest import alloc_batch, finish, make_adder, make_limits, make_req, sna
 from prefillkit.cache import HostTier, KVPool, PrefixCache, check_invariants, lane_split
 from prefillkit.models import get_model
 from prefillkit.request import ReqStatus, Request
-from prefillkit.sched.adder import AddReqResult, CpMode
 from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.interface import StepOutput
 from prefillkit.sched.scheduler import Scheduler
+from prefillkit.sched.verdicts import AddReqResult, CpMode
 
 GLM5 = get_model("glm-5")
 SETTINGS = settings(

@@ -51,6 +51,7 @@ LAYERS: dict[str, int] = {
     "records": 3,
     "sim": 4,
     "report": 5,
+    "integrations": 5,  # engines embedding the core (SGLang); imported lazily by app
     "app": 6,
     "cli": 7,
     "__main__": 7,

@@ -25,8 +25,10 @@ from prefillkit.workloads.record import TraceRecord
 def _written_inits() -> list[type]:
     out: list[type] = []
     for info in pkgutil.walk_packages(prefillkit.__path__, "prefillkit."):
-        if info.name.startswith(("prefillkit.exec", "prefillkit.app.sweep")):
-            continue  # optional extras (torch, ray): nothing there is written out
+        if info.name.startswith(
+            ("prefillkit.exec", "prefillkit.app.sweep", "prefillkit.integrations")
+        ):
+            continue  # optional extras (torch, ray, sglang): nothing there is written out
         mod = importlib.import_module(info.name)
         for obj in vars(mod).values():
             if (

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from conftest import make_adder, make_limits, make_req, warm
 from prefillkit.cache import HostTier, KVPool, PrefixCache, check_invariants
-from prefillkit.sched.adder import AddReqResult
+from prefillkit.sched.verdicts import AddReqResult
 
 
 def lru_view(cache: PrefixCache) -> tuple[object, ...]:

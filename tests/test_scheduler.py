@@ -18,13 +18,13 @@ import pytest
 
 from prefillkit.cache import PrefixCache, check_invariants
 from prefillkit.request import ReqStatus, Request
-from prefillkit.sched.adder import CloseReason
 from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.interface import AffinityBound, BatchLead, ScheduledReq, StepOutput
 from prefillkit.sched.launch import step_output
 from prefillkit.sched.preempt import outranks, pick_victims
 from prefillkit.sched.prefill_pass import full_pass
 from prefillkit.sched.scheduler import Scheduler
+from prefillkit.sched.verdicts import CloseReason
 
 PAGE = 4
 

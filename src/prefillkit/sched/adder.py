@@ -21,13 +21,20 @@ Beyond upstream:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum, StrEnum
 
 from prefillkit.cache.node import Node
 from prefillkit.cache.pool import lane_split
 from prefillkit.cache.prefix import LoadBack, MatchResult, PrefixCache
 from prefillkit.request import Request
 from prefillkit.sched.buffer import BufferEstimatorContext, BufferReqShape, estimate_buffer_bytes
+from prefillkit.sched.verdicts import (
+    AddReqResult,
+    CloseReason,
+    CpMode,
+    cp_extend_limit,
+    cp_pre_admission_reason,
+    cp_token_limit_reason,
+)
 
 
 def ignore_eos_fits(
@@ -53,38 +60,6 @@ def ignore_eos_fits(
             return False
         freed += occupied
     return True
-
-
-class AddReqResult(Enum):
-    CONTINUE = "continue"
-    NO_TOKEN = "no_token"
-    OTHER = "other"
-
-
-class CpMode(Enum):
-    """CP shared-KV prefill admission: no CP gate, one request per batch, or the bs>1
-    batch limits (``enable_cp_shared_kv_prefill_bs_gt1``)."""
-
-    OFF = "off"
-    BS1 = "bs1"
-    BS_GT1 = "bs_gt1"
-
-
-class CloseReason(StrEnum):
-    """Why an admission pass stopped admitting: the limit that closed the batch."""
-
-    QUEUE_EMPTY = "queue_empty"
-    MEMORY = "memory"  # NO_TOKEN
-    MAX_PREFILL_TOKENS = "max_prefill_tokens"  # rem_input_tokens
-    CHUNK_BUDGET = "chunk_budget"  # rem_chunk_tokens
-    MAX_RUNNING_REQUESTS = "max_running_requests"
-    CP_BS1 = "cp_bs1"
-    CHUNKED_SOLO = "chunked_solo"
-    CP_MAX_REQUESTS = "cp_max_requests"
-    CP_MAX_EXTEND = "cp_max_total_extend_tokens"
-    CP_MAX_CACHED = "cp_max_cached_tokens"
-    CP_MAX_BUFFER = "cp_max_buffer_size"
-    AFFINITY_STOP = "affinity_stop"
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,13 +155,9 @@ class PrefillAdder:
         self.rem_total_token_offset: float = offset
         self.cp_extend_limit: int | None = None
         if limits.cp_mode is CpMode.BS_GT1:
-            user = limits.cp_max_total_extend_tokens
-            chunk = self.chunk_budget
-            # NOTE: min(user limit, chunk budget); the chunk budget when omitted.
-            if user is not None and chunk is not None:
-                self.cp_extend_limit = min(user, chunk)
-            else:
-                self.cp_extend_limit = user if user is not None else chunk
+            self.cp_extend_limit = cp_extend_limit(
+                limits.cp_max_total_extend_tokens, self.chunk_budget
+            )
             if self.cp_extend_limit is not None:
                 # NOTE: on this path only, the legacy input budget must not stop batching
                 # before the CP extend limit does. Allocator budgets stay unchanged.
@@ -396,12 +367,14 @@ class PrefillAdder:
         pool = self.pool
         can_run = self.can_run_list
         if can_run and not self.cp_off:
-            if limits.cp_mode is CpMode.BS1:
-                return self._close(AddReqResult.OTHER, CloseReason.CP_BS1)
-            if self.has_chunked_req_in_batch and not self.chunk_allows_followers():
-                return self._close(AddReqResult.OTHER, CloseReason.CHUNKED_SOLO)
-            if limits.cp_max_requests is not None and len(can_run) >= limits.cp_max_requests:
-                return self._close(AddReqResult.OTHER, CloseReason.CP_MAX_REQUESTS)
+            reason = cp_pre_admission_reason(
+                limits.cp_mode,
+                len(can_run),
+                self.has_chunked_req_in_batch and not self.chunk_allows_followers(),
+                limits.cp_max_requests,
+            )
+            if reason is not None:
+                return self._close(AddReqResult.OTHER, reason)
         if match is None:
             match = cache.match(req.keys, rs.max_match_units)
         kt = cache.key_tokens
@@ -550,16 +523,16 @@ class PrefillAdder:
     ) -> CloseReason | None:
         """Which CP shared-KV batch limit (bs > 1) an additional request would break."""
         limits = self.limits
-        if (
-            self.cp_extend_limit is not None
-            and self.batch_extend_tokens + ext > self.cp_extend_limit
-        ):
-            return CloseReason.CP_MAX_EXTEND
-        if (
-            limits.cp_max_cached_tokens is not None
-            and self.batch_cached_tokens + prefix_len > limits.cp_max_cached_tokens
-        ):
-            return CloseReason.CP_MAX_CACHED
+        reason = cp_token_limit_reason(
+            self.batch_extend_tokens,
+            self.batch_cached_tokens,
+            prefix_len,
+            ext,
+            self.cp_extend_limit,
+            limits.cp_max_cached_tokens,
+        )
+        if reason is not None:
+            return reason
         if limits.cp_max_buffer_size is not None:
             assert limits.buffer_ctx is not None
             shapes = [*self.batch_shapes, BufferReqShape(prefix_len, extend, loaded)]

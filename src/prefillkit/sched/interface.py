@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prefillkit.sched.adder import CloseReason, CpMode
 from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.scheduler import Scheduler
@@ -39,6 +38,7 @@ from prefillkit.sched.step import (
     StepOutput,
     limit_of,
 )
+from prefillkit.sched.verdicts import CloseReason, CpMode
 
 if TYPE_CHECKING:
     from prefillkit.cache.events import KVListener

@@ -19,11 +19,12 @@ from prefillkit.cache.node import Node
 from prefillkit.cache.pages import Pending, global_ids, pending_table
 from prefillkit.cache.pool import lane_split
 from prefillkit.request import ReqStatus, Request
-from prefillkit.sched.adder import CloseReason, PrefillAdder
+from prefillkit.sched.adder import PrefillAdder
 from prefillkit.sched.affinity import BatchLead
 from prefillkit.sched.batch import PrefillBatch
 from prefillkit.sched.state import SchedulerState
 from prefillkit.sched.step import PrefixSegment, ScheduledReq, StepOutput
+from prefillkit.sched.verdicts import CloseReason
 
 
 def launch(

@@ -321,6 +321,22 @@ def aged_prefix_len(waiting: Sequence[Request], now: float, max_wait_s: float | 
     return bisect_right(waiting, cutoff, key=_arrival)
 
 
+def split_aged(
+    arrivals: Sequence[float], now: float, max_wait_s: float
+) -> tuple[list[int], list[int]]:
+    """The wait bound on a queue in any order: (the positions of the requests that have
+    waited ``>= max_wait_s`` at ``now``, oldest first, ties in queue order; the other
+    positions, in queue order). The bound places the first group ahead of the policy's
+    order of the second (:func:`order_waiting`); on a queue in arrival order the first
+    group is exactly its front of :func:`aged_prefix_len` requests. An engine whose queue
+    is not kept in arrival order (SGLang sorts it in place) uses this form."""
+    cutoff = now - max_wait_s
+    aged = [i for i, t in enumerate(arrivals) if t <= cutoff]
+    aged.sort(key=lambda i: arrivals[i])
+    rest = [i for i, t in enumerate(arrivals) if t > cutoff]
+    return aged, rest
+
+
 def _arrival(req: Request) -> float:
     return req.arrival_time
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from itertools import chain
 
 from prefillkit.request import ReqStatus, Request
-from prefillkit.sched.adder import AddReqResult, CloseReason, PrefillAdder
+from prefillkit.sched.adder import PrefillAdder
 from prefillkit.sched.affinity import (
     AffinityBound,
     AffinityDecision,
@@ -32,6 +32,7 @@ from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.preempt import shortfall, try_preempt
 from prefillkit.sched.state import SchedulerState
 from prefillkit.sched.step import AdmissionEvent, AdmissionEventKind, AdmissionObserver
+from prefillkit.sched.verdicts import AddReqResult, CloseReason
 
 
 def run_pass(st: SchedulerState, now: float) -> PrefillBatch | None:

@@ -21,13 +21,14 @@ from prefillkit.cache.host import HostTier
 from prefillkit.cache.pool import KVPool
 from prefillkit.cache.prefix import PrefixCache
 from prefillkit.request import Request
-from prefillkit.sched.adder import AdmissionLimits, CloseReason, CpMode
+from prefillkit.sched.adder import AdmissionLimits
 from prefillkit.sched.affinity import AffinityBounds
 from prefillkit.sched.batch import PrefillBatch
 from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.lpm_order import LpmOrder
 from prefillkit.sched.step import AdmissionObserver, StepOutput
+from prefillkit.sched.verdicts import CloseReason, CpMode
 
 
 @dataclass(slots=True)

@@ -25,8 +25,8 @@ from enum import Enum
 from typing import TypeAlias
 
 from prefillkit.cache.pages import Pending, global_ids, pending_table
-from prefillkit.sched.adder import CloseReason
 from prefillkit.sched.affinity import AffinityBound, BatchLead
+from prefillkit.sched.verdicts import CloseReason
 
 __all__ = [
     "AdmissionEvent",
