@@ -180,3 +180,24 @@ def test_simulator_loads_no_application_layer() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=ENV
     )
     assert out.stdout.strip() == ""
+
+
+def test_only_the_scheduler_choice_imports_integrations_and_lazily() -> None:
+    # An engine integration (SGLang) loads only when a run asks for it (--scheduler):
+    # app/scheduler_choice.py is its one importer outside integrations/, inside functions.
+    allowed = Path("app") / "scheduler_choice.py"
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC)
+        if rel.parts[0] == "integrations":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            if any(n.startswith("prefillkit.integrations") for n in names):
+                assert rel == allowed, f"{rel} imports {names}"
+                assert id(node) not in top, f"{rel}: a module-level import of {names}"

@@ -85,6 +85,14 @@ class Knobs:
     )
 
     # ----------------------------------------------------------------- scheduler core
+    scheduler: str = _knob(
+        "prefillkit",
+        "Which admission the replay runs: prefillkit (this package's scheduler), sglang "
+        "(SGLang 0.5.23's own admission pass, PrefillAdder, radix tree and pools, on CPU; "
+        "needs the sglang extra; pd-prefill only) or sglang+prefillkit (the same with "
+        "prefillkit's plugin adder in SGLang). docs/sglang_replay.md.",
+        "scheduler",
+    )
     max_prefill_tokens: int = _sched(
         "max_prefill_tokens",
         "Legacy input-token budget of one prefill batch (rem_input_tokens).",

@@ -33,6 +33,7 @@ from types import FrameType
 from typing import Any
 
 from prefillkit.app.prefetch import RequestPrefetcher, can_fork
+from prefillkit.app.scheduler_choice import scheduler_factory
 from prefillkit.app.settings import Config
 from prefillkit.cost.deployment import SimSettings
 from prefillkit.cost.roofline import CostModel
@@ -549,6 +550,7 @@ def run_replay(
     cost: CostModel | None = None,
     sink: RowSink | None = None,
     options: RunOptions | None = None,
+    scheduler: str = "prefillkit",
 ) -> SimResult:
     """Simulate ``requests`` on the deployment ``settings`` describes.
 
@@ -557,25 +559,32 @@ def run_replay(
     far with ``partial`` true (see :func:`stop_on_sigint`). ``on_start`` is called once
     the engine is built and the handler installed, just before the run starts.
     ``executor``: ``"sim"`` (the cost model times each forward) or ``"torch"`` (the real
-    executor runs and times each forward: :mod:`prefillkit.app.measured`); ``cost``: the
-    simulator's cost model (default: the deployment's), e.g. a calibrated preset.
+    executor times each forward: app/measured.py); ``cost``: the simulator's cost model.
     Raises ``SimConfigError`` / ``ConfigError`` for a deployment that cannot be simulated.
     ``requests`` may be an iterator in arrival order (a streaming run: ``sink`` gets the
     rows, see :class:`~prefillkit.sim.engine.Engine`); ``options``: what the run reports
-    (the steady window, percentiles, the TTFT SLO; default: :class:`RunOptions`'s).
+    (default: :class:`RunOptions`'s); ``scheduler``: ``--scheduler`` (app/scheduler_choice).
     """
     from prefillkit.app.measured import make_runner
 
     if executor != "sim" and not isinstance(requests, list):
         raise ValueError("a measured executor needs the request list, not a stream")
+    factory = scheduler_factory(scheduler, settings, executor)
     runner, dep = make_runner(executor, settings, requests if isinstance(requests, list) else [])
     engine = Engine(
-        settings, requests, cost=cost, deployment=dep, runner=runner, sink=sink, options=options
+        settings,
+        requests,
+        cost=cost,
+        deployment=dep,
+        runner=runner,
+        sink=sink,
+        options=options,
+        scheduler_factory=factory,
     )
     bar = _ProgressBar(description) if progress else None
     if bar is not None:
         engine.on_progress = bar.update
-    with stop_on_sigint(engine) if handle_sigint else _nothing():
+    with stop_on_sigint(engine) if handle_sigint else contextlib.nullcontext():
         if on_start is not None:
             on_start(engine)
         if bar is None:
@@ -588,8 +597,3 @@ def run_replay(
 
         result.extra[FORWARDS_KEY] = runner.forwards_csv()
     return result
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield

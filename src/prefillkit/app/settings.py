@@ -64,6 +64,7 @@ from prefillkit.app.knobs import Knobs
 from prefillkit.app.model_source import MODEL_CONFIG_DIR as MODEL_CONFIG_DIR
 from prefillkit.app.model_source import read_model_config as read_model_config
 from prefillkit.app.model_source import resolve_model as resolve_model
+from prefillkit.app.scheduler_choice import SCHEDULERS
 from prefillkit.cost.deployment import KV_CACHE_DTYPES, MODES, SimSettings
 from prefillkit.models import MODELS, ModelSpec
 from prefillkit.sched.config import (
@@ -137,11 +138,13 @@ class Config(Knobs):
             "hicache_write_policy",
             "cost_model",
             "small_gemm",
+            "scheduler",
         ):
             put(name, getattr(self, name).strip().lower())
 
     def _validate(self) -> None:
         check_choice("model", self.model, tuple(MODELS))
+        check_choice("scheduler", self.scheduler, SCHEDULERS)
         self.sim_settings()  # resolves the model and builds (validates) both configs
 
     # ----------------------------------------------------------------- the split
@@ -228,6 +231,6 @@ def blame_config_file(
 _SIM_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(SimSettings) if f.name not in ("scheduler", "model")
 )
-_APP_FIELDS: tuple[str, ...] = ("model", "model_path", "model_config")
+_APP_FIELDS: tuple[str, ...] = ("model", "model_path", "model_config", "scheduler")
 assert set(SCHEDULER_FIELDS) | set(_SIM_FIELDS) | set(_APP_FIELDS) == set(FIELD_NAMES)
 assert not set(SCHEDULER_FIELDS) & set(_SIM_FIELDS)

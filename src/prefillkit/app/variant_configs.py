@@ -15,6 +15,7 @@ from prefillkit.app.config_file import ConfigFile, read_config_file
 from prefillkit.app.flags import parse_flags
 from prefillkit.app.launch import build_config
 from prefillkit.app.measured import RunFlags, check_executor, load_cost_preset, split_run_flags
+from prefillkit.app.scheduler_choice import check_scheduler
 from prefillkit.app.settings import Config
 from prefillkit.app.variants import Variant, VariantError, setting_text
 from prefillkit.sched.config import field_flag
@@ -89,6 +90,7 @@ def prepare_variants(
             ).config
             Engine(cfg.sim_settings(), [])  # deployment checks (GPU, buffer limit, pool)
             check_executor(run.executor, cfg.sim_settings())
+            check_scheduler(cfg.scheduler, cfg.sim_settings(), run.executor)
             load_cost_preset(run.cost_preset)
         except ValueError as exc:  # ConfigError, SimConfigError, InputError, ...
             raise VariantError(prefix + " ".join(str(exc).split())) from None

@@ -126,6 +126,7 @@ def _run_one(
             executor=run.executor,
             cost=load_cost_preset(run.cost_preset),
             options=options,
+            scheduler=cfg.scheduler,
         )
         doc = summary_document(result, name=name, config=describe(cfg), workload=workload_info)
         doc.update(run_keys(run))

@@ -147,6 +147,7 @@ class ReplayRun:
                 executor=self.params["executor"],
                 cost=load_cost_preset(self.run_flags.cost_preset),
                 options=self.options,
+                scheduler=self.cfg.scheduler,
             )
         except (ConfigError, SimConfigError) as exc:
             # A deployment the simulator cannot build: name the --config file when the

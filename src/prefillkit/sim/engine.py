@@ -27,7 +27,7 @@ import math
 import time as wallclock
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from prefillkit.cost.cached import cached_totals, split_cached
 from prefillkit.cost.deployment import SimSettings
@@ -60,6 +60,10 @@ if TYPE_CHECKING:
 KEY_UNIT_LOOKAHEAD = 4096
 
 FORWARD_DONE, TRANSFER_DONE, ARRIVAL = 0, 1, 2
+
+#: Builds the run's scheduler from its settings and resolved deployment (an alternative
+#: to prefillkit's own: the app layer's ``--scheduler``; this module imports none).
+SchedulerFactory: TypeAlias = Callable[[SimSettings, Deployment], SchedulerInterface]
 
 
 class StepRunner(Protocol):
@@ -104,6 +108,7 @@ class Engine:
         runner: StepRunner | None = None,
         sink: RowSink | None = None,
         total: int | None = None,
+        scheduler_factory: SchedulerFactory | None = None,
     ) -> None:
         self.cfg = cfg
         # What the run reports: the steady window, percentiles, the TTFT SLO (checked).
@@ -119,7 +124,9 @@ class Engine:
         self.cost: CostModel = cost or cost_model_for_config(cfg, self.dep.num_gpus)
         self.colocated = cfg.mode == "colocated"
         # NOTE: the loop drives the scheduler through its typed interface only
-        # (tests/test_interface.py checks it).
+        # (tests/test_interface.py checks it); ``scheduler_factory`` builds another
+        # implementation of it (replay --scheduler sglang), else prefillkit's own.
+        self._scheduler_factory = scheduler_factory
         self.sched: SchedulerInterface = self._build_scheduler()
         # A real executor timing each forward instead of the cost model (see StepRunner).
         self.runner = runner
@@ -175,8 +182,10 @@ class Engine:
 
     def _build_scheduler(self) -> SchedulerInterface:
         """The scheduler over this deployment's pools (and its CP buffer limit checked
-        against the memory left beside the pool)."""
+        against the memory left beside the pool), or the factory's."""
         cfg = self.cfg
+        if self._scheduler_factory is not None:
+            return self._scheduler_factory(cfg, self.dep)
         buffer_ctx = BufferEstimatorContext(
             model=cfg.model_spec,
             kv_cache_dtype=cfg.resolved_kv_cache_dtype,

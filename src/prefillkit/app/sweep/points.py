@@ -222,6 +222,7 @@ def run_point(point: Mapping[str, Any], hooks: Mapping[str, str] | None = None) 
             progress=False,
             handle_sigint=False,
             on_start=engines.append,
+            scheduler=cfg.scheduler,
         )
         info = stream.finish_info(int(result.summary["requests"]))
     except (ValueError, OSError, MemoryError) as exc:

@@ -39,12 +39,18 @@ def require_sglang() -> str:
     spec = importlib.util.find_spec("sglang")
     if spec is None or spec.origin is None:  # NOTE: None origin: a namespace package (a
         raise MissingExtraError(MISSING_EXTRA)  # folder named sglang), not SGLang
+    import warnings
+
     from prefillkit.integrations.sglang import cpu_stubs
 
     cpu_stubs.install_all()
     try:
-        import sglang.srt.managers.schedule_policy
-        import sglang.srt.managers.scheduler  # noqa: F401
+        # NOTE: on a CPU machine SGLang warns on import about CUDA-only kernels (AWQ,
+        # GGUF, Triton); none is on the admission path.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import sglang.srt.managers.schedule_policy
+            import sglang.srt.managers.scheduler  # noqa: F401
     except ImportError as err:
         raise MissingExtraError(f"{MISSING_EXTRA}; importing it failed: {err}") from None
     from importlib.metadata import version

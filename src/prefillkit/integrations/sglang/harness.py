@@ -86,10 +86,10 @@ def _server_args(cfg: HarnessConfig) -> Any:
 
 def _pools(cfg: HarnessConfig) -> tuple[Any, Any, Any]:
     """(request-slot pool, KV allocator, radix tree) on CPU."""
-    # NOTE: one spare slot: SGLang sizes req_to_token_pool max_running_requests + 1
-    # (ModelRunner, "reserve one for padding").
+    # NOTE: size = max_running_requests, as SGLang's kv_cache_configurator
+    # (_build_default_req_pool) passes it; the pool adds its padding row itself.
     req_to_token = ReqToTokenPool(
-        size=cfg.max_running_requests + 1,
+        size=cfg.max_running_requests,
         max_context_len=cfg.max_context_len,
         device="cpu",
         enable_memory_saver=False,
