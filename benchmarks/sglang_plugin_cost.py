@@ -91,7 +91,7 @@ def main() -> None:
 
             def make(s: Any, settings: PluginSettings | None = settings, cp: bool = cp) -> None:
                 if settings is not None:
-                    install_on(s, settings, lambda: 0.0, cp_active=cp)
+                    install_on(s, settings, lambda: 0.0, cp_size=8 if cp else 1)
 
             times[name] = [
                 _measure(seed, args.queue, policy, make, args.repeats)

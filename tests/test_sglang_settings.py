@@ -95,3 +95,24 @@ def test_the_replay_mapping_follows_prefillkits_own_rules() -> None:
     assert settings_from_scheduler_config(SchedulerConfig(cp_size=8)).cp is None
     aff = settings_from_scheduler_config(SchedulerConfig(enable_affinity=True))
     assert aff.affinity == AffinityBounds()
+
+
+def test_the_buffer_limit_needs_a_model() -> None:
+    gate = {
+        **ON,
+        "PREFILLKIT_SGLANG_ENABLE_CP_SHARED_KV": "1",
+        "PREFILLKIT_SGLANG_ENABLE_CP_SHARED_KV_PREFILL_BS_GT1": "1",
+        "PREFILLKIT_SGLANG_CP_SHARED_KV_PREFILL_MAX_BUFFER_SIZE": str(64 << 20),
+    }
+    with pytest.raises(SettingsError) as err:
+        settings_from_env(gate)
+    assert str(err.value).startswith(
+        "PREFILLKIT_SGLANG_CP_SHARED_KV_PREFILL_MAX_BUFFER_SIZE needs PREFILLKIT_SGLANG_MODEL: "
+        "a prefillkit model ("
+    )
+    s = settings_from_env({**gate, "PREFILLKIT_SGLANG_MODEL": "glm-5"})
+    assert s.cp is not None and s.cp.max_buffer_bytes == 64 << 20
+    assert s.cp.buffer_model is not None and s.cp.buffer_model.name == "glm-5"
+    assert s.describe().endswith("max_buffer_size=67108864 for glm-5)")
+    with pytest.raises(SettingsError, match=r"PREFILLKIT_SGLANG_MODEL='/nonexistent\.json'"):
+        settings_from_env({**gate, "PREFILLKIT_SGLANG_MODEL": "/nonexistent.json"})

@@ -22,7 +22,9 @@ from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
 from prefillkit.integrations.sglang.harness import HarnessConfig, build_scheduler, make_req
 from prefillkit.integrations.sglang.plugin import install_on
 from prefillkit.integrations.sglang.settings import PluginSettings
+from prefillkit.models import ModelSpec
 from prefillkit.request import Request
+from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.interface import build_scheduler as build_standalone
 from prefillkit.sched.seeding import seed_cached_prefix
@@ -77,7 +79,7 @@ def sglang_side(
         while s.waiting_queue or s.chunked_req is not None:
             sglang_pass(s, release=True)
     now = [0.0]
-    install_on(s, settings, lambda: now[0] + OFFSET, cp_active=cp_active)
+    install_on(s, settings, lambda: now[0] + OFFSET, cp_size=cfg.cp_size if cp_active else 1)
     for rid, prompt, arrival, max_new in tw.waiting:
         s.waiting_queue.append(make_req(rid, prompt, max_new, queue_entry_time=arrival + OFFSET))
     return s, now
@@ -100,9 +102,15 @@ def sglang_pass(s: Any, *, release: bool) -> list[tuple[str, int, int]]:
     return out
 
 
-def standalone_side(tw: Twin, cfg: SchedulerConfig) -> Any:
-    """prefillkit's scheduler in the same state (pd-prefill: no decode reservation)."""
-    sched = build_standalone(cfg, POOL_TOKENS // tw.page_size, tw.page_size, reserve_decode=False)
+def standalone_side(tw: Twin, cfg: SchedulerConfig, buffer_model: ModelSpec | None = None) -> Any:
+    """prefillkit's scheduler in the same state (pd-prefill: no decode reservation; the
+    CP buffer estimator over ``buffer_model``, bf16 KV)."""
+    ctx = None
+    if buffer_model is not None:
+        ctx = BufferEstimatorContext(buffer_model, "bf16", cfg.cp_size, tw.page_size)
+    sched = build_standalone(
+        cfg, POOL_TOKENS // tw.page_size, tw.page_size, reserve_decode=False, buffer_ctx=ctx
+    )
     for i, prompt in enumerate(tw.cached):
         seed_cached_prefix(sched, Request.from_tokens(f"c{i}", prompt, page_size=tw.page_size))
     for rid, prompt, arrival, max_new in tw.waiting:

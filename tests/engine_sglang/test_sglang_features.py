@@ -30,16 +30,20 @@ from prefillkit.integrations.sglang.settings import (
     PluginSettings,
     settings_from_scheduler_config,
 )
+from prefillkit.models import ModelSpec
+from prefillkit.models.model_presets import get_model
 from prefillkit.sched.config import SchedulerConfig
 
 PASSES = 3
 
 
-def _compare(tw: Twin, cfg: SchedulerConfig, *, cp_active: bool = False) -> list[list[object]]:
+def _compare(
+    tw: Twin, cfg: SchedulerConfig, *, cp_active: bool = False, model: ModelSpec | None = None
+) -> list[list[object]]:
     """Run PASSES passes on both sides (now = 10, 11, ...); assert equal; return them."""
-    settings = settings_from_scheduler_config(cfg)
+    settings = settings_from_scheduler_config(cfg, buffer_model=model)
     s, clock = sglang_side(tw, settings, cfg, cp_active=cp_active)
-    alone = standalone_side(tw, cfg)
+    alone = standalone_side(tw, cfg, model)
     passes: list[list[object]] = []
     for k in range(PASSES):
         now = 10.0 + k
@@ -149,3 +153,30 @@ def test_cp_rules_need_sglang_to_run_prefill_cp() -> None:
     s, _ = sglang_side(tw, settings_from_scheduler_config(cfg), cfg, cp_active=False)
     stock, _ = sglang_side(tw, PluginSettings(enabled=True), cfg, cp_active=False)
     assert sglang_pass(s, release=True) == sglang_pass(stock, release=True)
+
+
+def test_cp_buffer_limit_in_sglang_equals_standalone() -> None:
+    """The temporary-buffer limit: the estimator (sched/buffer.py) over the same shapes on
+    both sides, SGLang's CP size and page size, GLM-5's dimensions."""
+    model = get_model("glm-5")
+    stopped = 0
+    for seed in range(45):
+        rng = random.Random(seed)
+        page = (16, 64)[seed % 2]
+        cfg = _cfg(
+            rng,
+            page,
+            cp_size=8,
+            enable_cp_shared_kv=True,
+            enable_cp_shared_kv_prefill_bs_gt1=True,
+            cp_shared_kv_prefill_max_buffer_size=rng.choice([1, 4, 16, 64]) << 20,
+        )
+        tw = random_twin(seed, page)
+        s_settings = settings_from_scheduler_config(cfg, buffer_model=model)
+        s, clock = sglang_side(tw, s_settings, cfg, cp_active=True)
+        alone = standalone_side(tw, cfg, model)
+        for k in range(PASSES):
+            clock[0] = 10.0 + k
+            assert sglang_pass(s, release=True) == standalone_pass(alone, 10.0 + k), (seed, k)
+        stopped += state_of(s.tree_cache).counters.get("close_cp_max_buffer_size", 0)
+    assert stopped > 0  # the limit binds in some passes

@@ -9,7 +9,8 @@ keeps no copy of their state; its decisions are the core's pure functions:
   admitting it: SGLang's scan goes on) or, once a bound trips, stops the scan (OTHER) and
   is promoted to the head of the next pass's order (``ordering.py``);
 - CP shared-KV batches (``sched/verdicts.py``): one request per batch, or with bs>1 the
-  request, extend-token and cached-token limits, checked on the admission SGLang itself
+  request, extend-token, cached-token and temporary-buffer limits, checked on the
+  admission SGLang itself
   selected (after its memory test and chunk cut); a chunked continuation leads alone and
   seeds the tallies with its true prefix; the input budget is raised to the extend limit.
 
@@ -37,6 +38,7 @@ from prefillkit.sched.affinity import (
     decide,
     tripped_bound,
 )
+from prefillkit.sched.buffer import BufferEstimatorContext, BufferReqShape, estimate_buffer_bytes
 from prefillkit.sched.verdicts import (
     CloseReason,
     CpMode,
@@ -85,8 +87,8 @@ def state_of(tree_cache: Any) -> PluginState:
     return st
 
 
-def _cp_mode(settings: PluginSettings, cp_active: bool) -> CpMode:
-    if settings.cp is None or not cp_active:
+def _cp_mode(settings: PluginSettings, cp_size: int) -> CpMode:
+    if settings.cp is None or cp_size <= 1:
         return CpMode.OFF
     return CpMode.BS_GT1 if settings.cp.bs_gt1 else CpMode.BS1
 
@@ -94,11 +96,11 @@ def _cp_mode(settings: PluginSettings, cp_active: bool) -> CpMode:
 class PrefillkitAdder(PrefillAdder):  # type: ignore[misc]
     """SGLang's ``PrefillAdder`` with prefillkit's features (class attributes set by
     :func:`make_adder_class`: the settings, the clock SGLang's queue times are read
-    against, and whether SGLang runs prefill context parallelism)."""
+    against, and SGLang's prefill context-parallel size, 1 without prefill CP)."""
 
     pk_settings: PluginSettings = PluginSettings()
     pk_clock: Callable[[], float] = staticmethod(lambda: 0.0)
-    pk_cp_active: bool = False
+    pk_cp_size: int = 1
     rem_input_tokens: int  # SGLang's (declared for the type checker)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -106,7 +108,7 @@ class PrefillkitAdder(PrefillAdder):  # type: ignore[misc]
         s = self.pk_settings
         self.pk_state = state_of(self.tree_cache)
         self.pk_affinity = s.affinity if not self.pk_state.priority_scheduling else None
-        self.pk_cp_mode = _cp_mode(s, self.pk_cp_active)
+        self.pk_cp_mode = _cp_mode(s, self.pk_cp_size)
         self.pk_now = self.pk_clock() if self.pk_affinity is not None else 0.0
         self.pk_lead = BatchLead.EMPTY
         self.pk_skips = 0
@@ -114,7 +116,17 @@ class PrefillkitAdder(PrefillAdder):  # type: ignore[misc]
         self.pk_batch_extend = 0
         self.pk_batch_cached = 0
         self.pk_extend_limit: int | None = None
+        self.pk_shapes: list[BufferReqShape] = []  # the batch's, for the buffer estimate
+        self.pk_candidate: BufferReqShape | None = None
+        self.pk_buffer_ctx: BufferEstimatorContext | None = None
         if self.pk_cp_mode is CpMode.BS_GT1 and s.cp is not None:
+            if s.cp.max_buffer_bytes is not None and s.cp.buffer_model is not None:
+                self.pk_buffer_ctx = BufferEstimatorContext(
+                    model=s.cp.buffer_model,
+                    kv_cache_dtype=s.cp.kv_cache_dtype,
+                    cp_size=self.pk_cp_size,
+                    page_size=self.page_size,
+                )
             self.pk_extend_limit = cp_extend_limit(
                 s.cp.max_total_extend_tokens, self.rem_chunk_tokens
             )
@@ -133,7 +145,7 @@ class PrefillkitAdder(PrefillAdder):  # type: ignore[misc]
             self.pk_lead = BatchLead.WARM  # NOTE: a continuation carries its true prefix
             self.pk_chunk_led = True
             # NOTE: true-prefix seeding: the chunk's carried prefix counts as cached.
-            self._pk_tally(req.prefix_len, req.extend_end - req.prefix_len)
+            self._pk_tally(req.prefix_len, req.extend_end - req.prefix_len, 0)
         return out
 
     # ------------------------------------------------------------------ one request
@@ -208,32 +220,49 @@ class PrefillkitAdder(PrefillAdder):  # type: ignore[misc]
             self.pk_extend_limit,
             cp.max_cached_tokens,
         )
+        if reason is None:
+            reason = self._pk_buffer_reason(admission, kwargs.get("host_hit_length", 0))
         if reason is not None:
             return self._pk_close(reason)
         return admission
 
+    def _pk_buffer_reason(self, admission: Any, loaded: int) -> CloseReason | None:
+        """CP_MAX_BUFFER when the batch with this admission would estimate more temporary
+        device bytes than the limit (sched/buffer.py, the same shapes as prefillkit's)."""
+        ctx, cp = self.pk_buffer_ctx, self.pk_settings.cp
+        shape = BufferReqShape(admission.prefix_len, admission.extend_len, loaded)
+        self.pk_candidate = shape
+        if ctx is None or cp is None or cp.max_buffer_bytes is None:
+            return None
+        if estimate_buffer_bytes([*self.pk_shapes, shape], ctx) > cp.max_buffer_bytes:
+            return CloseReason.CP_MAX_BUFFER
+        return None
+
     def _commit_prefill_admission(self, req: Any, admission: Any, *args: Any) -> None:
         super()._commit_prefill_admission(req, admission, *args)
         if self.pk_cp_mode is CpMode.BS_GT1:
-            self._pk_tally(admission.prefix_len, admission.extend_len)
+            loaded = int(getattr(req, "host_loaded_length", 0) or 0)
+            self._pk_tally(admission.prefix_len, admission.extend_len, loaded)
 
-    def _pk_tally(self, prefix_len: int, extend_len: int) -> None:
+    def _pk_tally(self, prefix_len: int, extend_len: int, loaded: int) -> None:
         self.pk_batch_extend += int(self.ceil_paged_tokens(extend_len))
         self.pk_batch_cached += prefix_len
+        self.pk_shapes.append(BufferReqShape(prefix_len, extend_len, loaded))
 
 
 def make_adder_class(
-    settings: PluginSettings, clock: Callable[[], float], cp_active: bool
+    settings: PluginSettings, clock: Callable[[], float], cp_size: int
 ) -> type[PrefillkitAdder]:
     """A ``PrefillkitAdder`` subclass bound to ``settings``; ``clock`` gives the time
     SGLang's ``time_stats.wait_queue_entry_time`` is stamped against (a server: its
-    ``time.perf_counter``); ``cp_active``: SGLang runs prefill context parallelism."""
+    ``time.perf_counter``); ``cp_size``: SGLang's prefill context-parallel size (1: no
+    prefill CP, the CP rules do nothing)."""
     return type(
         "PrefillkitAdder",
         (PrefillkitAdder,),
         {
             "pk_settings": settings,
             "pk_clock": staticmethod(clock),
-            "pk_cp_active": cp_active,
+            "pk_cp_size": cp_size,
         },
     )

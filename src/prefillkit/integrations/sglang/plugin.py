@@ -83,25 +83,26 @@ def missing_seams() -> list[str]:
     return missing
 
 
-def _cp_active() -> bool:
-    """Whether this SGLang process runs prefill context parallelism (read when the
-    scheduler's first adder is built: the server args are published by then)."""
+def _cp_size() -> int:
+    """This SGLang process's prefill context-parallel size, 1 without prefill CP (read when
+    the scheduler's first adder is built: the server args are published by then)."""
     from sglang.srt.runtime_context import get_parallel, get_server_args
 
-    args = get_server_args()
-    return bool(getattr(args, "enable_prefill_cp", False)) and get_parallel().attn_cp_size > 1
+    if not getattr(get_server_args(), "enable_prefill_cp", False):
+        return 1
+    return max(1, int(get_parallel().attn_cp_size))
 
 
 def adder_class_for(
-    settings: PluginSettings, clock: Callable[[], float], cp_active: bool | None = None
+    settings: PluginSettings, clock: Callable[[], float], cp_size: int | None = None
 ) -> type:
-    """The adder class for ``settings`` (``cp_active`` None: read from SGLang's server
+    """The adder class for ``settings`` (``cp_size`` None: read from SGLang's server
     args when first needed)."""
     from prefillkit.integrations.sglang.adder import make_adder_class
 
-    if cp_active is None:
-        cp_active = settings.cp is not None and _cp_active()
-    return make_adder_class(settings, clock, cp_active)
+    if cp_size is None:
+        cp_size = _cp_size() if settings.cp is not None else 1
+    return make_adder_class(settings, clock, cp_size)
 
 
 def install_on(
@@ -109,14 +110,14 @@ def install_on(
     settings: PluginSettings,
     clock: Callable[[], float],
     *,
-    cp_active: bool = False,
+    cp_size: int = 1,
 ) -> None:
     """Put prefillkit's adder and ordering on one SGLang ``Scheduler`` object (and its
     ``policy``): mutates their attributes only; the class and other schedulers keep
-    SGLang's."""
+    SGLang's. ``cp_size``: SGLang's prefill context-parallel size (1: none)."""
     from prefillkit.integrations.sglang.ordering import ordered_calc_priority
 
-    cls = adder_class_for(settings, clock, cp_active)
+    cls = adder_class_for(settings, clock, cp_size)
     scheduler.get_prefill_adder_class = lambda: cls
     policy = scheduler.policy
     original = type(policy).calc_priority

@@ -26,6 +26,12 @@ variable                                                default meaning
 ``PREFILLKIT_SGLANG_CP_SHARED_KV_PREFILL_MAX_REQUESTS``  (none)  requests per CP batch
 ``..._CP_SHARED_KV_PREFILL_MAX_TOTAL_EXTEND_TOKENS``     (none)  extend tokens per CP batch
 ``..._CP_SHARED_KV_PREFILL_MAX_CACHED_TOKENS``           (none)  cached tokens per CP batch
+``..._CP_SHARED_KV_PREFILL_MAX_BUFFER_SIZE``             (none)  estimated temporary-buffer
+                                                                bytes per CP batch (needs:)
+``PREFILLKIT_SGLANG_MODEL``                              (none)  the estimator's model: a
+                                                                prefillkit preset or a path
+                                                                to a config.json
+``PREFILLKIT_SGLANG_KV_CACHE_DTYPE``                     bf16    the KV cache dtype
 ======================================================= ======= =============================
 
 The names are prefillkit's scheduler knobs (``prefillkit knobs``) upper-cased behind the
@@ -42,8 +48,9 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from prefillkit.models import ModelSpec
 from prefillkit.sched.affinity import AffinityBounds
 from prefillkit.sched.config import SchedulerConfig
 
@@ -63,6 +70,11 @@ class CpLimits:
     max_requests: int | None = None
     max_total_extend_tokens: int | None = None
     max_cached_tokens: int | None = None
+    # The temporary-buffer limit (bytes of sched/buffer.py's estimate) and the estimator's
+    # model and KV dtype (the CP size and page size are SGLang's, read by the adder).
+    max_buffer_bytes: int | None = None
+    buffer_model: ModelSpec | None = None
+    kv_cache_dtype: str = "bf16"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +110,13 @@ class PluginSettings:
                 parts.append(
                     f"CP bs>1(max_requests={c.max_requests}, "
                     f"max_total_extend_tokens={c.max_total_extend_tokens}, "
-                    f"max_cached_tokens={c.max_cached_tokens})"
+                    f"max_cached_tokens={c.max_cached_tokens}"
+                    + (
+                        f", max_buffer_size={c.max_buffer_bytes} for {c.buffer_model.name}"
+                        if c.buffer_model is not None
+                        else ""
+                    )
+                    + ")"
                 )
             else:
                 parts.append("CP bs=1")
@@ -171,13 +189,50 @@ def _cp(env: Mapping[str, str]) -> CpLimits | None:
         max_total_extend_tokens=_int(env, "CP_SHARED_KV_PREFILL_MAX_TOTAL_EXTEND_TOKENS", None, 1),
         max_cached_tokens=_int(env, "CP_SHARED_KV_PREFILL_MAX_CACHED_TOKENS", None, 0),
     )
-    given = (limits.max_requests, limits.max_total_extend_tokens, limits.max_cached_tokens)
+    buffer = _int(env, "CP_SHARED_KV_PREFILL_MAX_BUFFER_SIZE", None, 1)
+    if buffer is not None:
+        limits = replace(
+            limits,
+            max_buffer_bytes=buffer,
+            buffer_model=_model(env),
+            kv_cache_dtype=env.get(_var("KV_CACHE_DTYPE"), "bf16").strip() or "bf16",
+        )
+    given = (
+        limits.max_requests,
+        limits.max_total_extend_tokens,
+        limits.max_cached_tokens,
+        limits.max_buffer_bytes,
+    )
     if not bs_gt1 and any(v is not None for v in given):
         raise SettingsError(
             f"{_var('CP_SHARED_KV_PREFILL_MAX_*')}: the CP limits need "
             f"{_var('ENABLE_CP_SHARED_KV_PREFILL_BS_GT1')}=1"
         )
     return limits if shared else None
+
+
+def _model(env: Mapping[str, str]) -> ModelSpec:
+    """The buffer estimator's model: a prefillkit preset name or a Hugging Face
+    config.json path (``PREFILLKIT_SGLANG_MODEL``)."""
+    import json
+    from pathlib import Path
+
+    from prefillkit.models.hf_config import model_from_hf_config
+    from prefillkit.models.model_presets import MODELS
+
+    raw = env.get(_var("MODEL"), "").strip()
+    if not raw:
+        raise SettingsError(
+            f"{_var('CP_SHARED_KV_PREFILL_MAX_BUFFER_SIZE')} needs {_var('MODEL')}: a "
+            f"prefillkit model ({', '.join(sorted(MODELS))}) or a config.json path"
+        )
+    if raw in MODELS:
+        return MODELS[raw]
+    path = Path(raw)
+    try:
+        return model_from_hf_config(json.loads(path.read_text(encoding="utf-8")), path.stem)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SettingsError(f"{_var('MODEL')}={raw!r}: {err}") from None
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> PluginSettings:
@@ -198,6 +253,9 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> PluginSettings:
             "CP_SHARED_KV_PREFILL_MAX_REQUESTS",
             "CP_SHARED_KV_PREFILL_MAX_TOTAL_EXTEND_TOKENS",
             "CP_SHARED_KV_PREFILL_MAX_CACHED_TOKENS",
+            "CP_SHARED_KV_PREFILL_MAX_BUFFER_SIZE",
+            "MODEL",
+            "KV_CACHE_DTYPE",
         )
     }
     unknown = sorted(k for k in env if k.startswith(PREFIX) and k not in known)
@@ -213,12 +271,14 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> PluginSettings:
     )
 
 
-def settings_from_scheduler_config(cfg: SchedulerConfig) -> PluginSettings:
+def settings_from_scheduler_config(
+    cfg: SchedulerConfig, buffer_model: ModelSpec | None = None, kv_cache_dtype: str = "bf16"
+) -> PluginSettings:
     """The plugin settings that give SGLang the features ``cfg`` (prefillkit's own
     scheduler config) turns on, for ``replay --scheduler sglang+prefillkit``: affinity and
     its bounds, the wait bound (as prefillkit's: not under fcfs, and under priority
-    scheduling only with priority aging) and the CP bs>1 limits (the buffer limit has no
-    SGLang counterpart here: a set one is refused by the caller)."""
+    scheduling only with priority aging) and the CP limits; the buffer limit's estimator
+    needs ``buffer_model`` (ValueError without it) and the KV dtype."""
     affinity = None
     if cfg.enable_affinity:
         affinity = AffinityBounds(
@@ -240,4 +300,13 @@ def settings_from_scheduler_config(cfg: SchedulerConfig) -> PluginSettings:
             max_total_extend_tokens=cfg.cp_shared_kv_prefill_max_total_extend_tokens,
             max_cached_tokens=cfg.cp_shared_kv_prefill_max_cached_tokens,
         )
+        if cfg.cp_shared_kv_prefill_max_buffer_size is not None:
+            if buffer_model is None:
+                raise ValueError("the CP buffer limit needs the model (buffer_model)")
+            cp = replace(
+                cp,
+                max_buffer_bytes=cfg.cp_shared_kv_prefill_max_buffer_size,
+                buffer_model=buffer_model,
+                kv_cache_dtype=kv_cache_dtype,
+            )
     return PluginSettings(enabled=True, affinity=affinity, max_wait_s=wait, cp=cp)
