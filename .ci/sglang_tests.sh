@@ -8,7 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 V=${SGLANG_VENV:-/tmp/prefillkit-sglang-venv}
-python3 -m venv "$V"
+# (Debian's python3 without its venv module: virtualenv instead)
+python3 -m venv "$V" 2>/dev/null || { python3 -m pip install -q virtualenv && python3 -m virtualenv -q "$V"; }
 PY="$V/bin/python"
 "$PY" -m pip install -q --upgrade pip
 "$PY" -m pip install -q torch==2.13.0
