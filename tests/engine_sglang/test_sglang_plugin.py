@@ -14,10 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from prefillkit.integrations.sglang import MissingExtraError, require_sglang
+import prefillkit
+from prefillkit.integrations.sglang import (
+    TESTED_SGLANG_VERSIONS,
+    MissingExtraError,
+    require_sglang,
+)
 
 try:
-    require_sglang()
+    SGLANG = require_sglang()
 except MissingExtraError as err:
     pytest.skip(str(err), allow_module_level=True)
 
@@ -78,8 +83,8 @@ def test_enabled_plugin_is_loaded_by_sglang_and_its_adder_runs_the_pass() -> Non
     assert "BUILT ['PrefillkitAdder']" in r.stdout
     active = [line for line in r.stdout.splitlines() if " active in SGLang " in line]
     assert active == [
-        "INFO prefillkit.integrations.sglang: prefillkit 0.2.0 active in SGLang 0.5.23: "
-        "affinity(floor=64, W=16, K=3, T=5s)"
+        f"INFO prefillkit.integrations.sglang: prefillkit {prefillkit.__version__} active in "
+        f"SGLang {SGLANG}: affinity(floor=64, W=16, K=3, T=5s)"
     ], r.stdout
 
 
@@ -117,10 +122,10 @@ def test_a_missing_seam_leaves_sglangs_adder_in_place() -> None:
     assert "ADDER sglang.srt.managers.schedule_policy PrefillAdder True" in r.stdout
     errors = [line for line in r.stdout.splitlines() if line.startswith("ERROR prefillkit")]
     assert errors == [
-        "ERROR prefillkit.integrations.sglang: prefillkit: SGLang 0.5.23 lacks "
+        f"ERROR prefillkit.integrations.sglang: prefillkit: SGLang {SGLANG} lacks "
         "PrefillAdder.add_one_req(req, has_chunked_req, truncation_align_size); "
         "SGLang's own admission "
-        "stays in place (tested: SGLang 0.5.23)"
+        f"stays in place (tested: SGLang {', '.join(TESTED_SGLANG_VERSIONS)})"
     ]
 
 

@@ -38,13 +38,10 @@ def check_scheduler(name: str, settings: SimSettings, executor: str = "sim") -> 
             f"--executor {executor}: runs prefillkit's own scheduler; not with "
             f"--scheduler {name} (its steps carry no page tables)"
         )
-    import importlib.util
-
-    from prefillkit.integrations.sglang import MISSING_EXTRA
+    from prefillkit.integrations.sglang import MISSING_EXTRA, sglang_installed
     from prefillkit.integrations.sglang.replay_limits import refusal
 
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or spec.origin is None:  # NOTE: a namespace package is not SGLang
+    if not sglang_installed():
         raise ConfigError(f"--scheduler {name}: {MISSING_EXTRA}")
     reason = refusal(settings, name)
     if reason is not None:

@@ -30,15 +30,21 @@ class MissingExtraError(ImportError):
     """SGLang is not importable; ``str(err)`` is the one line to print."""
 
 
+def sglang_installed() -> bool:
+    """Whether SGLang's package is importable, without importing it. NOTE: a folder named
+    ``sglang`` on the path is found as a namespace package (no origin): that is not SGLang."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang")
+    return spec is not None and spec.origin is not None
+
+
 def require_sglang() -> str:
     """Import SGLang's scheduler modules (stubbing triton / torchvision where they are
     missing, as on a CPU-only machine) and return SGLang's version; raise
     :class:`MissingExtraError` (one line, naming the extra) when SGLang is not installed."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or spec.origin is None:  # NOTE: None origin: a namespace package (a
-        raise MissingExtraError(MISSING_EXTRA)  # folder named sglang), not SGLang
+    if not sglang_installed():
+        raise MissingExtraError(MISSING_EXTRA)
     import warnings
 
     from prefillkit.integrations.sglang import cpu_stubs
@@ -58,4 +64,10 @@ def require_sglang() -> str:
     return version("sglang")
 
 
-__all__ = ["MISSING_EXTRA", "TESTED_SGLANG_VERSIONS", "MissingExtraError", "require_sglang"]
+__all__ = [
+    "MISSING_EXTRA",
+    "TESTED_SGLANG_VERSIONS",
+    "MissingExtraError",
+    "require_sglang",
+    "sglang_installed",
+]
