@@ -21,7 +21,13 @@ linear) and memory ``log(rss2/rss1) / log(n2/n1)`` (0 = flat).
     python benchmarks/bench_replay.py                    # mooncake, 10K, 100K, 1M
     python benchmarks/bench_replay.py --sizes 10000 100000 --no-mooncake
     python benchmarks/bench_replay.py --src /path/to/other/src   # another tree (before)
+    python benchmarks/bench_replay.py --no-mooncake --sizes 1000000 --instances 16 \
+        --router cache-aware                               # a fleet (issue 36 item 5)
     pip install . && python benchmarks/bench_replay.py --installed   # the compiled build
+
+A fleet (``--instances N --router R``) replays the agentic case at N times the session
+rate (2N sessions/s), so each instance sees the one-instance case's load; the sessions
+stay the same (N / 6 of them for N requests).
 
 Targets (issue 17, 2-core machine): Mooncake >= 20,000 simulated requests/s; 1 M
 requests <= 60 s wall and <= 500 MB peak RSS; memory exponent <= 0.1.
@@ -60,8 +66,13 @@ AGENTIC_FLAGS = (
 ).split()
 
 
-def agentic_args(n: int) -> list[str]:
-    return [*AGENTIC_FLAGS, "--agentic-sessions", str(math.ceil(n / 6)), "--max-requests", str(n)]
+def agentic_args(n: int, instances: int = 1, router: str | None = None) -> list[str]:
+    args = [*AGENTIC_FLAGS, "--agentic-sessions", str(math.ceil(n / 6)), "--max-requests", str(n)]
+    if instances > 1:
+        rate = str(2.0 * instances)  # NOTE: the agentic generator's default is 2 sessions/s
+        args += ["--instances", str(instances), "--agentic-session-rate", rate]
+        args += ["--router", router or "round-robin"]
+    return args
 
 
 def _env(src: Path | None) -> dict[str, str]:
@@ -117,6 +128,8 @@ def main() -> None:
     ap.add_argument(
         "--installed", action="store_true", help="run the installed build instead of --src"
     )
+    ap.add_argument("--instances", type=int, default=1, help="a fleet of N instances")
+    ap.add_argument("--router", default=None, help="the fleet's router")
     a = ap.parse_args()
     src = None if a.installed else a.src.resolve()
     print(f"build: {which_build(src)}", flush=True)
@@ -126,7 +139,7 @@ def main() -> None:
         print_row(*rows[-1])
     sized: list[dict[str, float]] = []
     for n in a.sizes:
-        r = run_case(src, agentic_args(n))
+        r = run_case(src, agentic_args(n, a.instances, a.router))
         sized.append(r)
         rows.append((f"agentic-{n}", r))
         print_row(*rows[-1])

@@ -680,13 +680,16 @@ def test_parse_flags_ignored() -> None:
         "131072",
     ]
     parsed = parse_flags(argv)
-    assert parsed.values == {"mem_fraction_static": 0.85, "model_path": "zai-org/GLM-5-FP8"}
+    assert parsed.values == {
+        "mem_fraction_static": 0.85,
+        "model_path": "zai-org/GLM-5-FP8",
+        "dp_size": 1,  # --dp is modelled (DP attention); 1 is the default
+    }
     assert parsed.ignored == [
         "--trust-remote-code",
         "--host",
         "--port",
         "--disable-cuda-graph",
-        "--dp",
         "--speculative-algorithm",
         "--context-length",
     ]

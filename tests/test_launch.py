@@ -166,14 +166,23 @@ def test_deepseek_line_runs_as_deepseek_with_its_tp_and_without_cp() -> None:
     cfg.sim_settings().total_pages(cfg.model_spec.weight_bytes / 8, 141)  # it fits
 
 
-def test_deepseek_line_with_dp_attention_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = cli(capsys, "replay", *DEEPSEEK_LINE, "--enable-dp-attention", "--dp", "8")
+def test_deepseek_line_with_dp_attention_runs_replicas_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """DP attention is modelled (docs/dp_attention.md); ``--dp 8`` alone is 8 replicas,
+    a fleet here."""
+    code, out, err = cli(
+        capsys, "replay", *DEEPSEEK_LINE, "--enable-dp-attention", "--dp", "8",
+        "--max-requests", "8", "--json", "-q",
+    )  # fmt: skip
+    assert code == 0, err
+    config = json.loads(out)["config"]
+    assert (config["enable_dp_attention"], config["dp_size"]) == (True, 8)
+    code, _, err = cli(capsys, "replay", *DEEPSEEK_LINE, "--dp", "8")
     assert code == 2
     line = one_error_line(err)
-    assert "--enable-dp-attention: not supported" in line and "DP" in line
-    with pytest.raises(ConfigError, match=r"^--dp: not supported"):
-        parse_flags(["--dp", "8"])
-    assert parse_flags(["--dp", "1"]).ignored == ["--dp"]  # one replica is what is modelled
+    assert "--dp-size 8 without --enable-dp-attention" in line and "--instances 8" in line
+    assert parse_flags(["--dp", "1"]).values == {"dp_size": 1}  # one replica: the default
 
 
 def test_llama_line_runs_as_llama_with_sglang_defaults(capsys: pytest.CaptureFixture[str]) -> None:

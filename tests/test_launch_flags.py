@@ -124,9 +124,12 @@ def test_the_flags_the_issue_saw_misdirected_are_sglangs(
         assert code == 0, err
         assert err.strip() == f"ignored (no effect on admission): {flag}"
         assert f"'{wrong}'" not in err
-    code, _, err = cli(capsys, "replay", *DEEPSEEK, "--attn-dp-size", "2")
-    line = one_error_line(err)
-    assert "--attn-dp-size: not supported: DP attention" in line and "--attn-cp-size" not in line
+    code, out, err = cli(
+        capsys, "replay", "--max-requests", "1", "--json", "-q", *DEEPSEEK, "--attn-dp-size", "2"
+    )
+    assert code == 0 and "--attn-cp-size" not in err, err
+    config = json.loads(out)["config"]
+    assert (config["enable_dp_attention"], config["dp_size"], config["cp_size"]) == (True, 2, 1)
 
 
 # --------------------------------------------------------------------- the data
@@ -146,7 +149,7 @@ def test_the_classification_covers_exactly_sglang_0_5_23s_flags() -> None:
         assert all(flag in sglang_flags()[a].aliases for a in spec.aliases)  # symmetric
         assert spec.takes_value == (spec.nargs != 0)
     kinds = Counter(c.kind for c in classification().values())
-    assert kinds == {"modelled": len(MODELLED), "refused": len(REFUSED), "ignored": 487}
+    assert kinds == {"modelled": len(MODELLED), "refused": len(REFUSED), "ignored": 486}
     for reason in [*REFUSED.values(), *IGNORED_GROUPS]:
         assert reason and "\n" not in reason
 
@@ -239,12 +242,11 @@ def test_every_refused_flag_is_refused_with_its_reason_unless_sglangs_default() 
 def test_refused_flags_given_sglangs_default_are_accepted() -> None:
     parsed = parse_flags(
         ["--pp-size", "1", "--radix-eviction-policy", "lru", "--retraction-policy", "length",
-         "--attn-dp-size", "1", "--cpu-offload-gb", "0", "--enable-lora=false"]
+         "--cpu-offload-gb", "0", "--enable-lora=false"]
     )  # fmt: skip
     assert parsed.values == {}
     assert parsed.ignored == [
-        "--pp-size", "--radix-eviction-policy", "--retraction-policy", "--attn-dp-size",
-        "--cpu-offload-gb",
+        "--pp-size", "--radix-eviction-policy", "--retraction-policy", "--cpu-offload-gb",
     ]  # fmt: skip
     with pytest.raises(ConfigError, match=r"^--pp-size: not supported: pipeline parallelism"):
         parse_flags(["--pp-size", "2"])
@@ -358,3 +360,32 @@ def test_sglangs_aliases_and_older_spellings_are_modelled() -> None:
         parse_flags(["--tp", "8", "--ep", "8", "--enable-ep-moe"])
     cfg = build_config(None, [*DEEPSEEK, "--enable-ep-moe", "--cuda-graph-bs", "1", "2"]).config
     assert (cfg.tp_size, cfg.ep_size) == (8, 8)
+
+
+def test_dp_attentions_spellings_are_modelled() -> None:
+    """``--enable-dp-attention --dp-size N`` (and ``--dp``, ``--data-parallel-size``) and
+    SGLang 0.5.23's own ``--attn-dp-size N`` set DP attention over N ranks."""
+    want = {"enable_dp_attention": True, "dp_size": 4}
+    for line in (
+        ["--enable-dp-attention", "--dp-size", "4"],
+        ["--enable-dp-attention", "--dp", "4"],
+        ["--enable-dp-attention", "--data-parallel-size", "4"],
+        ["--attn-dp-size", "4"],
+        ["--attention-data-parallel-size", "4"],
+        ["--attn-dp-size", "4", "--enable-dp-attention"],
+        ["--dp-size", "1", "--attn-dp-size", "4"],
+    ):
+        assert {k: parse_flags(line).values[k] for k in want} == want, line
+    assert parse_flags(["--attn-dp-size", "1"]).values == {}  # SGLang's default: no DP
+    assert parse_flags(["--load-balance-method", "total_tokens"]).values == {
+        "load_balance_method": "total_tokens"
+    }
+    for line, text in (
+        (["--dp", "2", "--attn-dp-size", "4"], "--attn-dp-size: 4 with --dp 2: data-parallel"),
+        (["--attn-dp-size", "0"], "--attn-dp-size: must be positive, got 0"),
+        (["--attn-dp-size", "2", "--attn-dp-size", "2"], "--attn-dp-size: given twice"),
+        (["--dp", "2", "--dp-size", "2"], "--dp-size: given twice (also given as --dp)"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            parse_flags(line)
+        assert str(info.value).startswith(text), (line, str(info.value))

@@ -223,3 +223,39 @@ def test_ctrl_c_stops_stores_and_resumes(tmp_path: Path) -> None:
     assert "Traceback" not in err
     assert run(["sweep", str(grid), "--out", str(out), "--backend", "process", "-q"]) == 0
     assert len(list((out / "points").glob("*.parquet"))) == 3
+
+
+ROUTER_GRID = """
+[base]
+flags = "--instances 2"
+
+[grid]
+router = ["cache-aware", "kv-cost", "round-robin"]
+
+[[workload]]
+name = "tiny"
+generator = "agentic"
+num_sessions = 6
+turns_per_session = [2, 4]
+"""
+
+
+def test_a_router_axis_stores_the_fleet_metrics_in_one_table(tmp_path: Path) -> None:
+    """Router variants as a sweep axis: the fleet's metrics are typed columns (a router
+    with no approximate view stores a null wrong share, not a string)."""
+    grid = write(tmp_path / "g.toml", ROUTER_GRID)
+    out = tmp_path / "out"
+    res = _sweep(grid, out)
+    assert (res.done, res.failed) == (3, 0)  # type: ignore[attr-defined]
+    table = pq.read_table(out / "results.parquet")
+    assert table.column("instances").to_pylist() == [2, 2, 2]
+    assert table.schema.field("router_view_wrong_share").type == pa.float64()
+    shares = dict(
+        zip(
+            table.column("router").to_pylist(),
+            table.column("router_view_wrong_share").to_pylist(),
+            strict=True,
+        )
+    )
+    assert shares["kv-cost"] is None and shares["round-robin"] is None
+    assert shares["cache-aware"] is not None

@@ -42,12 +42,20 @@ _ALIASES: dict[str, str] = {
     "--attn-cp-size": "cp_size",
     "--attention-context-parallel-size": "cp_size",
     "--enable-hicache": "enable_hierarchical_cache",
+    "--dp": "dp_size",
+    "--data-parallel-size": "dp_size",
 }
+
+#: SGLang 0.5.23's own spelling of DP attention: ``--attn-dp-size N`` is
+#: ``--enable-dp-attention --dp-size N`` (``parallel_hook.py``
+#: ``handle_deprecated_dp_attention`` turns the old spelling into it).
+_ATTN_DP_FLAGS: tuple[str, ...] = ("--attn-dp-size", "--attention-data-parallel-size")
 
 _SPECIAL_FLAGS: tuple[str, ...] = (
     "--disaggregation-mode",
     "--disable-priority-preemption",
     "--enable-ep-moe",
+    *_ATTN_DP_FLAGS,
 )
 _TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
 _FALSE_WORDS = frozenset({"false", "0", "no", "off"})
@@ -128,7 +136,17 @@ class _FlagReader:
     """The state of :func:`parse_flags`: the flags, the position ``i`` in them, the flag
     being read (``inline``: its ``=value``, None without ``=``) and what was set."""
 
-    __slots__ = ("allow_repeats", "argv", "ep_moe", "flag", "given", "i", "inline", "result")
+    __slots__ = (
+        "allow_repeats",
+        "argv",
+        "attn_dp",
+        "ep_moe",
+        "flag",
+        "given",
+        "i",
+        "inline",
+        "result",
+    )
 
     def __init__(self, argv: list[str], allow_repeats: bool) -> None:
         self.argv = argv
@@ -137,6 +155,7 @@ class _FlagReader:
         self.flag = ""
         self.inline: str | None = None
         self.ep_moe = False
+        self.attn_dp: tuple[str, int] | None = None  # (its flag, N) of --attn-dp-size N
         self.given: dict[str, str] = {}
         self.result = ParsedFlags()
 
@@ -221,6 +240,13 @@ class _FlagReader:
                     "(prefillkit models the prefill side: use prefill or null)"
                 )
             return True
+        if flag in _ATTN_DP_FLAGS:
+            if self.attn_dp is not None and not self.allow_repeats:
+                raise ConfigError(f"{flag}: given twice (also given as {self.attn_dp[0]})")
+            value = _parse_value(flag, "dp_size", self.take_value())
+            assert isinstance(value, int)
+            self.attn_dp = (flag, value)
+            return True
         if flag == "--enable-ep-moe":  # SGLang < 0.5: EP over the whole TP group
             if self.inline is not None:
                 raise ConfigError(f"{flag}: takes no value")
@@ -229,7 +255,9 @@ class _FlagReader:
         return False
 
     def finish(self) -> None:
-        """After the last flag: ``--enable-ep-moe`` sets the EP size to the line's TP size."""
+        """After the last flag: ``--attn-dp-size N`` turns DP attention on over N ranks;
+        ``--enable-ep-moe`` sets the EP size to the line's TP size."""
+        self._finish_attn_dp()
         if not self.ep_moe:
             return
         tp = self.result.values.get("tp_size")
@@ -239,3 +267,26 @@ class _FlagReader:
                 "--tp-size on the line too, or --ep-size N instead"
             )
         self.put("ep_size", "--enable-ep-moe", tp)
+
+    def _finish_attn_dp(self) -> None:
+        """``--attn-dp-size N`` (N > 1): ``dp_size`` N with ``enable_dp_attention``; with
+        data-parallel replicas (``--dp-size`` > 1) it is refused, as SGLang refuses it
+        (``parallel_hook.py`` ``handle_data_parallelism``); N = 1 is SGLang's default."""
+        if self.attn_dp is None:
+            return
+        flag, n = self.attn_dp
+        if n < 1:
+            raise ConfigError(f"{flag}: must be positive, got {n}")
+        replicas = self.result.values.get("dp_size")
+        if n > 1 and replicas not in (None, 1):
+            raise ConfigError(
+                f"{flag}: {n} with {self.given['dp_size']} {replicas}: data-parallel replicas "
+                f"with attention DP are not supported (SGLang refuses them); give {flag} {n} "
+                "alone"
+            )
+        if n == 1:
+            return
+        self.result.values["dp_size"] = n
+        self.given.setdefault("dp_size", flag)
+        self.result.values["enable_dp_attention"] = True
+        self.given.setdefault("enable_dp_attention", flag)

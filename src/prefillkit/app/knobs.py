@@ -20,6 +20,7 @@ from typing import Any
 
 from prefillkit.models import MODELS
 from prefillkit.sched.config import SchedulerConfig
+from prefillkit.sim.routers.config import RouterConfig
 
 __all__ = ["GROUPS", "Knobs"]
 
@@ -32,6 +33,7 @@ GROUPS: tuple[str, ...] = (
     "cp",
     "affinity",
     "deployment",
+    "fleet",
 )
 
 
@@ -43,6 +45,15 @@ _SCHED_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields
 def _sched(name: str, help: str, group: str) -> Any:
     """A knob of the scheduler's :class:`SchedulerConfig`: its default is the config's."""
     return _knob(_SCHED_DEFAULTS[name], help, group)
+
+
+#: The router's own defaults (sim/routers/config.py): a ``router_*`` knob's default is there.
+_ROUTER_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(RouterConfig)}
+
+
+def _router(name: str, help: str) -> Any:
+    """A ``router_<name>`` knob: the default is :class:`RouterConfig`'s ``name``'s."""
+    return _knob(_ROUTER_DEFAULTS[name], help, "fleet")
 
 
 def _knob(default: Any, help: str, group: str) -> Any:
@@ -320,6 +331,27 @@ class Knobs:
         "or --tp-size (all-to-all dispatch/combine), as SGLang's --ep-size.",
         "deployment",
     )
+    enable_dp_attention: bool = _knob(
+        False,
+        "DP attention inside the instance: --dp-size schedulers, each over its own KV pool, "
+        "prefix cache and queue, in lockstep forwards (SGLang's flag; --attn-dp-size N is "
+        "the same). docs/dp_attention.md.",
+        "deployment",
+    )
+    dp_size: int = _knob(
+        1,
+        "DP attention ranks with --enable-dp-attention (SGLang's --dp-size, --dp, "
+        "--data-parallel-size); must divide --tp-size / --cp-size. Without it, N > 1 "
+        "(replicas) is refused: use --instances N.",
+        "deployment",
+    )
+    load_balance_method: str = _knob(
+        "auto",
+        "How the DP controller picks a request's DP rank: auto (follow_bootstrap_room on a "
+        "PD prefill server, else round_robin), round_robin, follow_bootstrap_room (a hash "
+        "of the request id here), total_requests or total_tokens.",
+        "deployment",
+    )
     enable_two_batch_overlap: bool = _knob(
         False,
         "Two-batch overlap: MoE communication hides under compute (SGLang's flag).",
@@ -371,4 +403,54 @@ class Knobs:
     seed: int = _sched("seed", "Random seed.", "deployment")
     debug_check_invariants: bool = _knob(
         False, "Check scheduler/cache invariants after every step (slow).", "deployment"
+    )
+    # ----------------------------------------------------------------- fleet and router
+    instances: int = _knob(
+        1,
+        "Instances in the fleet, each this deployment, behind --router (1: one instance, "
+        "no router). docs/fleet.md.",
+        "fleet",
+    )
+    fleet: str | None = _knob(
+        None,
+        "A fleet file (TOML: [router] and [[instance]] tables, each instance this run's "
+        "settings with its own on top). docs/fleet.md.",
+        "fleet",
+    )
+    router: str = _router(
+        "name",
+        "How a fleet routes each request: round-robin, least-load, power-of-two, "
+        "cache-aware (sglang-router), kv-cost (Dynamo's KV router) or weighted (llm-d's "
+        "scorers). docs/routers.md.",
+    )
+    router_prefix_source: str | None = _router(
+        "prefix_source",
+        "What the router knows of each instance's cache: exact (KV events) or "
+        "approximate (its own routing history); unset = the router's own.",
+    )
+    router_cache_threshold: float = _router(
+        "cache_threshold", "cache-aware: the prefix match rate above which it follows the match."
+    )
+    router_balance_abs_threshold: int = _router(
+        "balance_abs_threshold", "cache-aware: load gap (requests) that counts as imbalanced."
+    )
+    router_balance_rel_threshold: float = _router(
+        "balance_rel_threshold", "cache-aware: load ratio that counts as imbalanced."
+    )
+    router_max_tree_size: int = _router(
+        "max_tree_size", "cache-aware (approximate): tokens each instance's tree keeps."
+    )
+    router_eviction_interval_s: float = _router(
+        "eviction_interval_s", "cache-aware (approximate): seconds between tree evictions."
+    )
+    router_overlap_score_weight: float = _router(
+        "overlap_score_weight", "kv-cost: weight of the blocks to prefill against decode blocks."
+    )
+    router_temperature: float = _router(
+        "temperature", "kv-cost: softmax temperature (0: the lowest cost)."
+    )
+    router_prefix_weight: float = _router("prefix_weight", "weighted: prefix scorer weight.")
+    router_queue_weight: float = _router("queue_weight", "weighted: queue scorer weight.")
+    router_kv_usage_weight: float = _router(
+        "kv_usage_weight", "weighted: KV-cache utilisation scorer weight."
     )

@@ -25,14 +25,11 @@ MODELLED: frozenset[str] = frozenset(
     --attention-context-parallel-size --ep-size --expert-parallel-size --ep
     --enable-hierarchical-cache --enable-hicache --hicache-ratio --hicache-size
     --hicache-write-policy --enable-two-batch-overlap --disaggregation-mode
+    --enable-dp-attention --dp-size --data-parallel-size --attn-dp-size
+    --attention-data-parallel-size --load-balance-method
     """.split()
 )
 
-_DP = "data-parallel replicas (one scheduler each) are not modelled"
-_DP_ATTENTION = (
-    "DP attention runs one scheduler per DP rank, and data-parallel replicas are not "
-    "modelled; leave it out to simulate one rank's scheduler"
-)
 _PP = "pipeline parallelism is not modelled"
 _EXTERNAL_TIER = (
     "an external KV-cache tier is not modelled; HiCache's host (L2) tier is "
@@ -46,11 +43,6 @@ _POOL = "changes how many tokens the KV pool holds, which is not modelled"
 #: Flag -> why it is refused: it changes admission, the KV pool or the cache in a way
 #: prefillkit does not model. A value equal to SGLang's default is accepted (ignored).
 REFUSED: dict[str, str] = {
-    "--enable-dp-attention": _DP_ATTENTION,
-    "--attn-dp-size": _DP_ATTENTION,
-    "--attention-data-parallel-size": _DP_ATTENTION,
-    "--dp-size": _DP,
-    "--data-parallel-size": _DP,
     "--pp-size": _PP,
     "--pipeline-parallel-size": _PP,
     "--dcp-size": "decode context parallelism (the KV cache sharded over DCP ranks) is not "
@@ -203,10 +195,12 @@ IGNORED_GROUPS: dict[str, str] = {
         --enable-nvidia-megakernel --enable-megamoe-for-layernorm-sp
         --enable-deterministic-inference --disable-chunked-prefix-cache
     """,
-    "parallel layout details (the TP, CP and EP sizes are modelled; these do not change them)": """
+    "parallel layout details (the TP, CP, DP attention and EP sizes are modelled; these do "
+    "not change them)": """
         --enable-prefill-cp --cp-strategy --enable-cp-decode-attn-tp
         --enable-attn-tp-input-scattered --enable-shared-experts-attn-tp
         --shared-experts-tp-size --enable-dense-mlp-attn-tp --enable-layernorm-sp
+        --enable-dp-attention-local-control-broadcast
         --disable-attn-tp-gather --enable-dp-lm-head --enable-tp-lm-head-all-to-all
         --no-enable-tp-lm-head-all-to-all --moe-dense-tp-size --dwdp-size --moe-dp-size
         --moe-data-parallel-size --enable-single-batch-overlap
@@ -299,12 +293,12 @@ IGNORED_GROUPS: dict[str, str] = {
         --nnodes --node-rank --device --base-gpu-id --gpu-id-step --numa-node --gc-threshold
         --use-ray --enable-memory-saver --enable-weights-cpu-backup
     """,
-    "options of a feature that is off or refused (pipeline, data and decode-context "
+    "options of a feature that is off or refused (pipeline and decode-context "
     "parallelism, LoRA, storage tiers, offloading, the prefill delayer, ...): no effect "
     "without it": """
-        --pp-max-micro-batch-size --pp-async-batch-depth --load-balance-method
+        --pp-max-micro-batch-size --pp-async-batch-depth
         --dcp-comm-backend --dcp-replicate-q-proj --no-dcp-replicate-q-proj
-        --enable-dp-attention-local-control-broadcast --enable-dynamic-chunking
+        --enable-dynamic-chunking
         --radix-eviction-policy-config --prefill-only-disable-kv-cache
         --hicache-storage-prefetch-policy --hicache-storage-backend-extra-config
         --hicache-storage-prefetch-retry-poll-interval
@@ -340,7 +334,7 @@ LEGACY: dict[str, tuple[LegacyKind, str, int | str | None, object]] = {
         0,
         False,
     ),
-    "--dp": ("refused", _DP, None, 1),
+    "--dp": ("modelled", "--dp-size (an abbreviation SGLang's argparse expands)", None, 1),
     "--cuda-graph-max-bs": ("ignored", "CUDA graphs (SGLang before 0.5.23)", None, None),
     "--cuda-graph-bs": ("ignored", "CUDA graphs (SGLang before 0.5.23)", "+", None),
     "--stream-output": ("ignored", "HTTP server (SGLang before 0.5.23)", 0, False),

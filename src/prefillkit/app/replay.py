@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import itertools
 import math
-import re
 import signal
 import sys
 import threading
@@ -30,8 +29,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from prefillkit.app.generator_choice import (
+    GENERATORS,
+    InputError,
+    generate_records,
+    generator_call,
+    name_sources,
+)
 from prefillkit.app.prefetch import RequestPrefetcher, can_fork
 from prefillkit.app.scheduler_choice import scheduler_factory
 from prefillkit.app.settings import Config
@@ -42,16 +48,9 @@ from prefillkit.records.collector import RowSink
 from prefillkit.records.run_options import RunOptions
 from prefillkit.request import KeyUnitCheck, KeyUnitError, Request
 from prefillkit.sim.engine import Engine, SimResult
-from prefillkit.workloads.agentic import iter_multi_turn_agentic, multi_turn_agentic
 from prefillkit.workloads.block_size import block_size_refusal
 from prefillkit.workloads.bundled import resolve_trace
 from prefillkit.workloads.errors import WorkloadError
-from prefillkit.workloads.generators import (
-    SEED_AGENTIC,
-    generated_shared_prefix,
-    iter_generated_shared_prefix,
-    merge_agentic_args,
-)
 from prefillkit.workloads.jsonl import write_jsonl
 from prefillkit.workloads.record import TraceRecord, to_request
 from prefillkit.workloads.trace_reader import (
@@ -63,6 +62,10 @@ from prefillkit.workloads.trace_reader import (
     load_records,
     replay_records,
 )
+
+if TYPE_CHECKING:
+    from prefillkit.sim.fleet import Fleet
+    from prefillkit.sim.fleet_settings import FleetSettings
 
 __all__ = [
     "GENERATORS",
@@ -78,15 +81,6 @@ __all__ = [
     "stop_on_sigint",
     "write_trace_jsonl",
 ]
-
-#: Built-in workload generators (used when no trace file is given): ``seed`` is
-#: ``agentic`` with the seed system's traffic mix (``generators.SEED_AGENTIC``).
-GENERATORS: tuple[str, ...] = ("agentic", "seed", "gsp")
-
-
-class InputError(ValueError):
-    """A bad command-line value (one line, names the option)."""
-
 
 # --------------------------------------------------------------------------- workload
 
@@ -195,57 +189,6 @@ def with_stated_decode_rate(config: Config, spec: WorkloadSpec) -> Config:
     ):
         return config
     return dataclasses.replace(config, session_decode_tokens_per_s=float(rate))
-
-
-def _generator_call(
-    spec: WorkloadSpec, lazy: bool = False
-) -> tuple[Callable[..., Any], dict[str, Any]]:
-    """The generator function of ``spec`` and its full keyword arguments (but the seed);
-    ``lazy``: the function that yields the records (same records, same order)."""
-    args = dict(spec.generator_args)
-    if spec.generator in ("agentic", "seed"):
-        if spec.generator == "seed":
-            args = merge_agentic_args(SEED_AGENTIC, args)
-        if spec.block_size is not None:
-            args["block_size"] = spec.block_size
-        return (iter_multi_turn_agentic if lazy else multi_turn_agentic), args
-    if spec.generator == "gsp":
-        refusal = block_size_refusal(generator=spec.generator)
-        if spec.block_size is not None and refusal is not None:
-            raise InputError(f"--block-size {refusal}")
-        return (iter_generated_shared_prefix if lazy else generated_shared_prefix), args
-    raise InputError(
-        f"--generator: unknown generator {spec.generator!r}; expected one of "
-        f"{', '.join(GENERATORS)}"
-    )
-
-
-def _name_sources(message: str, spec: WorkloadSpec) -> str:
-    """A generator's error with its parameter names replaced by the user's flags or
-    config keys; prefixed with ``--generator NAME:`` when none was named."""
-    labels = dict(spec.arg_labels)
-    if spec.block_size is not None:
-        labels["block_size"] = "--block-size"
-    text = " ".join(message.split())
-    if labels:
-        pattern = r"\b(" + "|".join(map(re.escape, sorted(labels, key=len, reverse=True))) + r")\b"
-        text, hits = re.subn(pattern, lambda m: labels[m.group(1)], text)
-        if hits:
-            return text
-    return f"--generator {spec.generator}: {text}"
-
-
-def generate_records(spec: WorkloadSpec, seed: int) -> tuple[list[TraceRecord], dict[str, Any]]:
-    """Run ``spec``'s generator: ``(records sorted by arrival, JSON-ready description)``.
-
-    Raises ``InputError`` naming the flag or config key at fault.
-    """
-    fn, args = _generator_call(spec)
-    try:
-        records = fn(**args, seed=seed)
-    except (TypeError, ValueError) as exc:
-        raise InputError(_name_sources(str(exc), spec)) from None
-    return records, {"generator": spec.generator, **args, "seed": seed}
 
 
 def write_trace_jsonl(records: Sequence[TraceRecord], path: str | Path) -> None:
@@ -369,13 +312,13 @@ def open_workload(
         path, real_fmt, info = _trace_source(spec, spec.trace)
         records, skipped = iter_records(path, real_fmt, opts, block_size=spec.block_size)
     else:
-        fn, args = _generator_call(spec, lazy=True)
+        fn, args = generator_call(spec, lazy=True)
         try:
             generated = fn(**args, seed=seed)
             stream = iter_replay_records(generated, opts)
             head = next(stream, None)
         except (TypeError, ValueError) as exc:
-            raise InputError(_name_sources(str(exc), spec)) from None
+            raise InputError(name_sources(str(exc), spec)) from None
         if head is None:
             raise InputError("the generated workload has no requests in the selected window")
         records = itertools.chain((head,), stream)
@@ -465,7 +408,7 @@ STOPPING_LINE = (
 
 
 @contextmanager
-def stop_on_sigint(engine: Engine) -> Iterator[None]:
+def stop_on_sigint(engine: Engine | Fleet) -> Iterator[None]:
     """While active, the first SIGINT or SIGTERM sets ``engine.stop_requested`` (the run
     then ends at its next event with a partial result) and says so at once on stderr; a
     second one raises ``KeyboardInterrupt``. Does nothing outside the main thread."""
@@ -551,8 +494,10 @@ def run_replay(
     sink: RowSink | None = None,
     options: RunOptions | None = None,
     scheduler: str = "prefillkit",
+    fleet: FleetSettings | None = None,
 ) -> SimResult:
-    """Simulate ``requests`` on the deployment ``settings`` describes.
+    """Simulate ``requests`` on the deployment ``settings`` describes (``fleet``: on that
+    fleet instead, app/fleet_run.py).
 
     ``progress``: show a progress bar on stderr (the caller decides, e.g. only when stderr
     is a terminal). ``handle_sigint``: Ctrl-C stops the replay and returns the result so
@@ -567,6 +512,15 @@ def run_replay(
     """
     from prefillkit.app.measured import make_runner
 
+    if fleet is not None:
+        from prefillkit.app.fleet_run import run_fleet
+
+        bar = _ProgressBar(description) if progress else None
+        return run_fleet(
+            fleet, requests, progress_bar=bar, sigint=stop_on_sigint if handle_sigint else None,
+            on_start=on_start, executor=executor, cost=cost, sink=sink, options=options,
+            scheduler=scheduler,
+        )  # fmt: skip
     if executor != "sim" and not isinstance(requests, list):
         raise ValueError("a measured executor needs the request list, not a stream")
     factory = scheduler_factory(scheduler, settings, executor)

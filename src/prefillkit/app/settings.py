@@ -76,6 +76,7 @@ from prefillkit.sched.config import (
     check_choice,
     field_flag,
 )
+from prefillkit.sim.routers.config import RouterConfig
 from prefillkit.text import suggest as _suggest
 
 __all__ = [
@@ -139,13 +140,31 @@ class Config(Knobs):
             "cost_model",
             "small_gemm",
             "scheduler",
+            "router",
         ):
             put(name, getattr(self, name).strip().lower())
 
     def _validate(self) -> None:
         check_choice("model", self.model, tuple(MODELS))
         check_choice("scheduler", self.scheduler, SCHEDULERS)
+        self._validate_fleet()
         self.sim_settings()  # resolves the model and builds (validates) both configs
+
+    def _validate_fleet(self) -> None:
+        """``--instances``, ``--router`` and the ``--router-*`` knobs (the router's own
+        check, its ``router.<param>`` named as the flag)."""
+        if self.instances < 1:
+            raise ConfigError(f"--instances: must be >= 1, got {self.instances}")
+        values = {p: getattr(self, "router_" + p) for p in _ROUTER_PARAMS}
+        try:
+            RouterConfig(name=self.router, seed=self.seed, **values)
+        except ConfigError as exc:
+            text = re.sub(
+                r"^router\.([a-z_]+)",
+                lambda m: "--router-" + m.group(1).replace("_", "-"),
+                str(exc),
+            )
+            raise ConfigError(re.sub(r"^router\b", "--router", text)) from None
 
     # ----------------------------------------------------------------- the split
     def scheduler_config(self) -> SchedulerConfig:
@@ -231,6 +250,12 @@ def blame_config_file(
 _SIM_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(SimSettings) if f.name not in ("scheduler", "model")
 )
-_APP_FIELDS: tuple[str, ...] = ("model", "model_path", "model_config", "scheduler")
+_ROUTER_PARAMS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(RouterConfig) if f.name not in ("name", "seed")
+)
+_FLEET_FIELDS: tuple[str, ...] = tuple(
+    name for name in FIELD_NAMES if name in ("instances", "fleet") or name.startswith("router")
+)
+_APP_FIELDS: tuple[str, ...] = ("model", "model_path", "model_config", "scheduler", *_FLEET_FIELDS)
 assert set(SCHEDULER_FIELDS) | set(_SIM_FIELDS) | set(_APP_FIELDS) == set(FIELD_NAMES)
 assert not set(SCHEDULER_FIELDS) & set(_SIM_FIELDS)

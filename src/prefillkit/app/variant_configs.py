@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from prefillkit.app.config_file import ConfigFile, read_config_file
 from prefillkit.app.flags import parse_flags
+from prefillkit.app.fleet_file import fleet_settings
 from prefillkit.app.launch import build_config
 from prefillkit.app.measured import RunFlags, check_executor, load_cost_preset, split_run_flags
 from prefillkit.app.scheduler_choice import check_scheduler
@@ -89,6 +90,7 @@ def prepare_variants(
                 shared_config, args, preset=preset, base_args=shared_flags, allow_repeats=True
             ).config
             Engine(cfg.sim_settings(), [])  # deployment checks (GPU, buffer limit, pool)
+            fleet_settings(cfg)  # the fleet file, if any
             check_executor(run.executor, cfg.sim_settings())
             check_scheduler(cfg.scheduler, cfg.sim_settings(), run.executor)
             load_cost_preset(run.cost_preset)

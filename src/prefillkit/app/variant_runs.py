@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prefillkit.app.fleet_file import fleet_settings
 from prefillkit.app.knob_table import describe
 from prefillkit.app.measured import RunFlags, load_cost_preset, run_keys, write_forwards
 from prefillkit.app.replay import InputError, Workload, run_replay
@@ -127,6 +128,7 @@ def _run_one(
             cost=load_cost_preset(run.cost_preset),
             options=options,
             scheduler=cfg.scheduler,
+            fleet=fleet_settings(cfg),
         )
         doc = summary_document(result, name=name, config=describe(cfg), workload=workload_info)
         doc.update(run_keys(run))

@@ -19,8 +19,8 @@ __all__ = ["GENERATE_HELP", "generate_cmd"]
 
 GENERATE_HELP = """Write a built-in workload as a prefillkit JSONL trace.
 
-Runs the generator chosen as for replay (--generator, the --agentic-* / --gsp-* options,
-the [workload] table of --config) with the seed of --seed, else of the --config file,
+Runs the generator chosen as for replay (--generator, the --agentic-* / --gsp-* / --llmd-*
+options, the [workload] table of --config) with the seed of --seed, else of the --config file,
 else 0, and writes its requests to FILE.jsonl in prefillkit's own format (arrival_s,
 output_len and hash_ids / block_size / input_len, or tokens for gsp), atomically. `replay
 --trace FILE.jsonl` then replays exactly the requests `replay` generates with the same
@@ -29,6 +29,8 @@ options and seed; `trace-stats FILE.jsonl` reports their ideal hit rate.
 \b
 Example: the seed system's traffic mix at 0.3 sessions/s
   prefillkit generate --generator seed --agentic-session-rate 0.3 -o seed.jsonl
+Example: llm-d's shared-prefix fleet experiment (150 customers, 3 to 60 QPS)
+  prefillkit generate --generator llmd -o llmd.jsonl
 """
 
 

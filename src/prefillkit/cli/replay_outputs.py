@@ -5,15 +5,19 @@ end (a measured one), and the one-line errors of each."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefillkit.app.measured import write_forwards
 from prefillkit.app.replay import InputError
 from prefillkit.cli.common import echo_err, os_reason
+from prefillkit.records.fleet_files import FleetFiles
 from prefillkit.records.output import StreamingRunWriter, write_run
 from prefillkit.records.result import SimResult
 from prefillkit.records.trace_events import StreamingTraceWriter, write_trace_events
 from prefillkit.sim.engine import Engine
+
+if TYPE_CHECKING:
+    from prefillkit.sim.fleet import Fleet
 
 __all__ = ["RunSinks"]
 
@@ -32,6 +36,7 @@ class RunSinks:
         self.streaming = streaming
         self.writer: StreamingRunWriter | None = None
         self.timeline: StreamingTraceWriter | None = None
+        self.fleet_files: FleetFiles | None = None
 
     def trace_events_error(self, exc: OSError) -> InputError:
         return InputError(
@@ -50,13 +55,17 @@ class RunSinks:
         except OSError as exc:
             raise self.trace_events_error(exc) from None
 
-    def attach(self, engine: Engine) -> None:
-        """Stream ``engine``'s timeline and rows into the files (a collecting engine)."""
+    def attach(self, engine: Engine | Fleet) -> None:
+        """Stream ``engine``'s timeline and rows into the files (a collecting engine or
+        a fleet; a fleet's routing decisions too)."""
         if engine.collector is not None:
             engine.collector.timeline = self.timeline
         if self.out is not None and engine.collector is not None:
             self.writer = StreamingRunWriter(self.out, engine.trace.keys)
             engine.collector.sink = self.writer
+        if self.out is not None and not isinstance(engine, Engine):
+            self.fleet_files = FleetFiles(self.out)
+            engine.routing_sink = self.fleet_files.route
 
     def run_failure(self, exc: OSError) -> InputError | None:
         """The one-line error of a write that failed during the run; None when ``exc`` is
@@ -73,6 +82,8 @@ class RunSinks:
         if self.out is None:
             return None
         try:
+            if self.fleet_files is not None:
+                self.fleet_files.commit(result.extra["fleet"]["instances"])
             if self.writer is not None:
                 self.writer.commit(doc)
             else:
@@ -99,5 +110,7 @@ class RunSinks:
         """Drop the streamed files not committed (a failed or interrupted write)."""
         if self.writer is not None:
             self.writer.discard()
+        if self.fleet_files is not None:
+            self.fleet_files.discard()
         if self.timeline is not None:
             self.timeline.discard()

@@ -13,10 +13,11 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from prefillkit.app.fleet_file import fleet_settings
 from prefillkit.app.launch import (
     ResolvedSettings,
     base_text,
@@ -54,6 +55,9 @@ from prefillkit.records.spill import SpillError
 from prefillkit.report.console import print_summary_table
 from prefillkit.request import Request
 from prefillkit.sim.engine import Engine, SimConfigError
+
+if TYPE_CHECKING:
+    from prefillkit.sim.fleet import Fleet
 
 __all__ = ["ReplayRun", "finish_replay", "prepare_replay", "run_replay_command"]
 
@@ -111,7 +115,7 @@ class ReplayRun:
     def quiet(self) -> bool:
         return bool(self.params["quiet"])
 
-    def announce(self, engine: Engine) -> None:
+    def announce(self, engine: Engine | Fleet) -> None:
         """Attach the run's files to the engine; say what runs (not quiet)."""
         self.sinks.attach(engine)
         if not self.quiet:
@@ -148,6 +152,7 @@ class ReplayRun:
                 cost=load_cost_preset(self.run_flags.cost_preset),
                 options=self.options,
                 scheduler=self.cfg.scheduler,
+                fleet=fleet_settings(self.cfg),
             )
         except (ConfigError, SimConfigError) as exc:
             # A deployment the simulator cannot build: name the --config file when the
@@ -168,6 +173,8 @@ class ReplayRun:
         doc["base"] = base_text(self.resolved)
         doc["sources"] = setting_sources(self.resolved)
         doc.update(run_keys(self.run_flags))  # measured forwards or a preset (else no key)
+        if "fleet" in result.extra:
+            doc["fleet"] = json_ready(result.extra["fleet"])
         return doc
 
 

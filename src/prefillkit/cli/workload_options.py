@@ -1,6 +1,6 @@
 """The workload options: ``--trace`` ... ``--skip-bad-rows`` (``replay``, ``compare``),
-the generator's (``--block-size``, ``--generator``, ``--agentic-*``, ``--gsp-*``; also
-``generate``) and ``--format`` (also ``trace-stats``). Read them back with
+the generator's (``--block-size``, ``--generator``, ``--agentic-*``, ``--gsp-*``,
+``--llmd-*``; also ``generate``) and ``--format`` (also ``trace-stats``). Read them back with
 :mod:`prefillkit.cli.workload_spec`."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from prefillkit.cli.common import Decorator, apply_options, positive_float
 from prefillkit.workloads.agentic import multi_turn_agentic
 from prefillkit.workloads.bundled import BUNDLED_TRACES
 from prefillkit.workloads.generators import SEED_AGENTIC, generated_shared_prefix
-from prefillkit.workloads.options import AGENTIC_PARAMS, GSP_PARAMS
+from prefillkit.workloads.llmd import iter_llmd_prefix
+from prefillkit.workloads.options import AGENTIC_PARAMS, GSP_PARAMS, LLMD_PARAMS
 from prefillkit.workloads.param_values import GenParam, parse_text
 from prefillkit.workloads.trace_reader import FORMATS
 
@@ -47,6 +48,8 @@ def _param_help(p: GenParam) -> str:
     """``p``'s help with its default (and, for agentic ones, the seed preset's value)."""
     if p in GSP_PARAMS:
         return f"{p.help} [default: {_gen_default(generated_shared_prefix, p.name)}]"
+    if p in LLMD_PARAMS:
+        return f"{p.help} [default: {_gen_default(iter_llmd_prefix, p.name)}]"
     preset = f"; seed: {_show_default(SEED_AGENTIC[p.name])}" if p.name in SEED_AGENTIC else ""
     return f"{p.help} [default: {_gen_default(multi_turn_agentic, p.name)}{preset}]"
 
@@ -79,6 +82,7 @@ _METAVARS: dict[str, str] = {
     "float": "FLOAT",
     "int_range": "LO,HI",
     "float_range": "LO,HI",
+    "float_list": "N[,N...]",
 }
 
 
@@ -110,7 +114,7 @@ GENERATOR_OPTIONS: tuple[Decorator, ...] = (
         "--block-size",
         type=click.IntRange(min=1),
         help="Tokens per hash block: overrides the Mooncake (512) / Bailian (16 or blksz_N) "
-        "default, or the agentic generator's block size.",
+        "default, or the agentic / llmd generator's block size.",
     ),
     click.option(
         "--generator",
@@ -119,11 +123,13 @@ GENERATOR_OPTIONS: tuple[Decorator, ...] = (
         multiple=True,
         help="Built-in workload when no --trace is given: agentic (multi-turn agent sessions), "
         "seed (agentic with the seed system's traffic mix; --agentic-* options override its "
-        "values) or gsp (SGLang generated-shared-prefix). [default: the --config file's "
-        "[workload] generator, else agentic, or gsp when a --gsp-* option is given]",
+        "values), gsp (SGLang generated-shared-prefix) or llmd (llm-d's shared-prefix fleet "
+        "experiment, stepped QPS). [default: the --config file's [workload] generator, else "
+        "agentic, or gsp / llmd when only --gsp-* / --llmd-* options are given]",
     ),
     *(_param_option(p) for p in AGENTIC_PARAMS if p.cli),
     *(_param_option(p) for p in GSP_PARAMS if p.cli),
+    *(_param_option(p) for p in LLMD_PARAMS if p.cli),
 )
 
 #: ``--format`` of every command that reads a trace file.

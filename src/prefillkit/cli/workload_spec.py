@@ -15,6 +15,7 @@ from prefillkit.workloads.generators import merge_agentic_args
 from prefillkit.workloads.options import (
     AGENTIC_PARAMS,
     GSP_PARAMS,
+    LLMD_PARAMS,
     WorkloadTable,
     WorkloadTableError,
     workload_table,
@@ -43,40 +44,58 @@ def _file_table(config_file: ConfigFile | None) -> WorkloadTable | None:
         raise InputError(str(exc)) from None
 
 
+#: Each generator family's parameters (``seed`` takes the agentic ones).
+_FAMILIES: dict[str, Sequence[GenParam]] = {
+    "agentic": AGENTIC_PARAMS,
+    "gsp": GSP_PARAMS,
+    "llmd": LLMD_PARAMS,
+}
+
+
+def _family(generator: str) -> str:
+    return "agentic" if generator == "seed" else generator
+
+
+def _default_generator(given: dict[str, list[GenParam]]) -> str:
+    """``gsp`` or ``llmd`` when only that family's options are given, else ``agentic``."""
+    families = [name for name, params in given.items() if params]
+    return families[0] if len(families) == 1 else "agentic"
+
+
 def generator_args(
     ctx: click.Context, params: dict[str, Any], config_file: ConfigFile | None
 ) -> tuple[str, dict[str, Any], dict[str, str]]:
     """``(generator, keyword arguments, where each came from)`` of a generated workload.
 
     Layers, lowest first: the ``[workload]`` table of ``--config``, then the flags (the
-    ``seed`` preset's values lie below both; see ``app.replay._generator_call``). The
-    generator is ``--generator``, else the table's, else ``gsp`` when only ``--gsp-*``
-    options are given, else ``agentic``.
+    ``seed`` preset's values lie below both; see ``app.generator_choice.generator_call``).
+    The generator is ``--generator``, else the table's, else ``gsp`` / ``llmd`` when only
+    ``--gsp-*`` / ``--llmd-*`` options are given, else ``agentic``.
     """
-    gsp_given = _given_params(ctx, GSP_PARAMS)
-    agentic_given = _given_params(ctx, AGENTIC_PARAMS)
+    given = {name: _given_params(ctx, ps) for name, ps in _FAMILIES.items()}
     table = _file_table(config_file)
     generator: str | None = params["generator"] or (table.generator if table else None)
     if generator is None:
-        generator = "gsp" if gsp_given and not agentic_given else "agentic"
-    given, wrong = (gsp_given, agentic_given) if generator == "gsp" else (agentic_given, gsp_given)
+        generator = _default_generator(given)
+    wrong = [p for name, ps in given.items() if name != _family(generator) for p in ps]
     if wrong:
         raise InputError(f"{wrong[0].flag} does not apply to --generator {generator}")
     try:
         file_args = table.args_for(generator) if table is not None else {}
     except WorkloadTableError as exc:
         raise InputError(str(exc)) from None
-    flag_args = {p.name: params[p.dest] for p in given}
+    mine = given[_family(generator)]
+    flag_args = {p.name: params[p.dest] for p in mine}
     labels = {n: table.label(n) for n in file_args} if table is not None else {}
-    labels.update((p.name, p.flag) for p in given)
-    if generator == "gsp":
+    labels.update((p.name, p.flag) for p in mine)
+    if generator in ("gsp", "llmd"):
         return generator, {**file_args, **flag_args}, labels
     return generator, merge_agentic_args(file_args, flag_args), labels
 
 
 def _refuse_generator_options(ctx: click.Context, params: dict[str, Any]) -> None:
     """Refuse ``--generator`` and the generator parameters next to ``--trace``."""
-    given = _given_params(ctx, GSP_PARAMS) + _given_params(ctx, AGENTIC_PARAMS)
+    given = [p for ps in (GSP_PARAMS, AGENTIC_PARAMS, LLMD_PARAMS) for p in _given_params(ctx, ps)]
     extra = (["--generator"] if params["generator"] is not None else []) + [p.flag for p in given]
     if extra:
         raise InputError(f"{extra[0]} does not apply with --trace (a trace file)")

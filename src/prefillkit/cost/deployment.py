@@ -3,7 +3,8 @@
 :class:`SimSettings` holds what the simulator needs beyond the scheduler's own
 :class:`~prefillkit.sched.config.SchedulerConfig` (which it carries as ``scheduler``): the
 model's shapes, the GPU preset and its link overrides, TP/EP (CP comes from the scheduler
-config: it shapes admission), two-batch overlap, the KV dtype and bytes, the memory sizing
+config: it shapes admission), DP attention (``docs/dp_attention.md``), two-batch overlap,
+the KV dtype and bytes, the memory sizing
 that turns GPU memory into KV pool pages (:meth:`SimSettings.total_pages`,
 :meth:`SimSettings.host_pages`) and the debug invariant check. Validated at construction;
 errors are one-line :class:`~prefillkit.sched.config.ConfigError` naming the flag.
@@ -33,7 +34,14 @@ from prefillkit.sched.config import (
     fail,
 )
 
-__all__ = ["COST_MODELS", "KV_CACHE_DTYPES", "MODES", "SMALL_GEMM_MODELS", "SimSettings"]
+__all__ = [
+    "COST_MODELS",
+    "KV_CACHE_DTYPES",
+    "LOAD_BALANCE_METHODS",
+    "MODES",
+    "SMALL_GEMM_MODELS",
+    "SimSettings",
+]
 
 MODES: tuple[str, ...] = ("pd-prefill", "colocated")
 #: ``--cost-model``: the roofline (prefillkit.cost.roofline) or AIConfigurator's measured
@@ -41,6 +49,17 @@ MODES: tuple[str, ...] = ("pd-prefill", "colocated")
 COST_MODELS: tuple[str, ...] = ("roofline", "aic")
 
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bf16", "fp8_e4m3", "fp8_e5m2")
+
+#: ``--load-balance-method``: SGLang 0.5.23's choices (``arg_groups/fields/parallel.py``);
+#: ``auto`` resolves to ``follow_bootstrap_room`` on a PD prefill server, else
+#: ``round_robin`` (``arg_groups/serving_hook.py`` ``handle_load_balance_method``).
+LOAD_BALANCE_METHODS: tuple[str, ...] = (
+    "auto",
+    "round_robin",
+    "follow_bootstrap_room",
+    "total_requests",
+    "total_tokens",
+)
 
 
 def _glm5() -> ModelSpec:
@@ -62,6 +81,10 @@ class SimSettings:
     mode: str = "pd-prefill"
     tp_size: int = 1
     ep_size: int = 1
+    # DP attention (sim/dp_attention.py): dp_size schedulers in one instance.
+    enable_dp_attention: bool = False
+    dp_size: int = 1
+    load_balance_method: str = "auto"
     enable_two_batch_overlap: bool = False
     nvlink_bandwidth_gbps: float | None = None
     net_bandwidth_gbps: float | None = None
@@ -119,6 +142,64 @@ class SimSettings:
             )
         if self.tp_size % self.cp_size:
             fail("cp_size", f"{self.cp_size} must divide --tp-size {self.tp_size}")
+        self._validate_dp()
+
+    def _validate_dp(self) -> None:
+        """DP attention as SGLang 0.5.23 accepts it (``arg_groups/parallel_hook.py``:
+        ``handle_data_parallelism``, ``handle_context_parallelism``); ``--dp-size`` without
+        it (data-parallel replicas) is a fleet here."""
+        check_positive("dp_size", self.dp_size)
+        check_choice("load_balance_method", self.load_balance_method, LOAD_BALANCE_METHODS)
+        dp = self.dp_size
+        if dp > 1 and not self.enable_dp_attention:
+            fail(
+                "dp_size",
+                f"{dp} without --enable-dp-attention is {dp} full replicas behind SGLang's "
+                f"DP controller: simulate them as a fleet, --instances {dp} --router "
+                "round-robin",
+            )
+        if dp == 1 or not self.enable_dp_attention:
+            return
+        if self.tp_size % (dp * self.cp_size):
+            fail(
+                "dp_size",
+                f"{dp} x --cp-size {self.cp_size} must divide --tp-size {self.tp_size} "
+                "(SGLang: tp_size must be divisible by attn_dp_size * attn_cp_size)",
+            )
+        if self.cost_model != "roofline":
+            fail(
+                "enable_dp_attention",
+                f"is priced by the roofline only (its lockstep forward over the DP ranks); "
+                f"not with --cost-model {self.cost_model}",
+            )
+        self.dp_rank_scheduler()
+
+    def dp_rank_scheduler(self) -> SchedulerConfig:
+        """The scheduler config of each DP attention rank, as SGLang 0.5.23 adjusts its
+        server args under DP attention (``parallel_hook.py`` ``handle_data_parallelism``):
+        ``chunked_prefill_size // dp`` (its checks then assert a multiple of the page
+        size), ``schedule_conservativeness × 0.3``; ``max_running_requests // dp`` (at least
+        1) per rank (``KVCacheConfigurator.resolve_max_num_reqs``). Without DP attention,
+        ``scheduler`` itself."""
+        sc = self.scheduler
+        dp = self.attn_dp_size
+        if dp == 1:
+            return sc
+        chunk = sc.chunked_prefill_size
+        if chunk is not None and (chunk // dp < sc.page_size or (chunk // dp) % sc.page_size):
+            fail(
+                "chunked_prefill_size",
+                f"{chunk} // --dp-size {dp} = {chunk // dp} tokens per DP attention rank: "
+                f"must be a positive multiple of --page-size {sc.page_size} (SGLang divides "
+                "the chunk by the DP size, then asserts it)",
+            )
+        running = sc.max_running_requests
+        return dataclasses.replace(
+            sc,
+            chunked_prefill_size=None if chunk is None else chunk // dp,
+            schedule_conservativeness=sc.schedule_conservativeness * 0.3,
+            max_running_requests=None if running is None else max(1, running // dp),
+        )
 
     # ----------------------------------------------------------------- derived values
     @property
@@ -135,6 +216,27 @@ class SimSettings:
     def kv_lanes(self) -> int:
         """Owner lanes of the KV pool (the scheduler's)."""
         return self.scheduler.kv_lanes
+
+    @property
+    def attn_dp_size(self) -> int:
+        """DP attention ranks: ``dp_size`` with ``enable_dp_attention``, else 1 (SGLang's
+        ``handle_deprecated_dp_attention`` turns ``--dp-size N --enable-dp-attention`` into
+        ``attn_dp_size = N``)."""
+        return self.dp_size if self.enable_dp_attention else 1
+
+    @property
+    def attn_tp_size(self) -> int:
+        """GPUs that share one attention instance: ``tp / (cp × attn_dp)`` (SGLang's
+        ``derive_attn_tp_size``), at least 1."""
+        return max(1, self.tp_size // (self.cp_size * self.attn_dp_size))
+
+    @property
+    def resolved_load_balance_method(self) -> str:
+        """``load_balance_method`` with ``auto`` resolved as SGLang 0.5.23 does:
+        ``follow_bootstrap_room`` on a PD prefill server, else ``round_robin``."""
+        if self.load_balance_method != "auto":
+            return self.load_balance_method
+        return "follow_bootstrap_room" if self.mode == "pd-prefill" else "round_robin"
 
     @property
     def model_spec(self) -> ModelSpec:
@@ -158,14 +260,14 @@ class SimSettings:
         """KV bytes one GPU holds per token, as SGLang sizes its pool: a GQA model's KV
         heads are split over the attention-TP ranks, ``max(1, kv_heads // attn_tp)`` heads
         each (SGLang's ``ModelConfig.get_num_kv_heads``: replicated when there are fewer
-        heads than ranks); MLA keeps the whole latent on every rank (shared-KV CP shards it
-        over the owner lanes instead, :attr:`kv_lanes`)."""
+        heads than ranks; ``attn_tp`` is :attr:`attn_tp_size`, DP attention included);
+        MLA keeps the whole latent on every rank (shared-KV CP shards it over the owner
+        lanes instead, :attr:`kv_lanes`)."""
         full = self.resolved_kv_bytes_per_token
         m = self.model
         if m.attention != "gqa" or m.num_kv_heads <= 0:
             return float(full)
-        attn_tp = max(1, self.tp_size // self.cp_size)
-        local = max(1, m.num_kv_heads // attn_tp)
+        local = max(1, m.num_kv_heads // self.attn_tp_size)
         return full * local / m.num_kv_heads
 
     def gpu_spec(self) -> GpuSpec:
@@ -183,7 +285,10 @@ class SimSettings:
     def total_pages(
         self, weights_bytes_per_gpu: float, device_memory_gb: float | None = None
     ) -> int:
-        """KV pool size in pages, all owner lanes together.
+        """KV pool size in pages, all owner lanes together: one scheduler's pool (with
+        DP attention, each DP rank's: SGLang sizes the pool per GPU, and a rank's
+        ``attn_tp`` GPUs hold its requests' KV; ``--max-total-tokens`` caps each rank's
+        pool, ``KVCacheConfigurator._apply_token_constraints`` in every model runner).
 
         With ``max_total_tokens`` set: ``max_total_tokens // page_size``. Otherwise per-GPU KV
         bytes = ``device_memory_gb·1e9·mem_fraction_static − weights_bytes_per_gpu``, tokens per

@@ -87,13 +87,17 @@ def roofline_for_config(cfg: SimSettings, num_gpus: int) -> RooflineCostModel:
     """The roofline cost model of the deployment ``cfg`` describes on ``num_gpus`` GPUs.
 
     CP runs over ``cfg.cp_size`` ranks (shared-KV when the scheduler's
-    ``enable_cp_shared_kv``), the routed experts over ``cfg.ep_size``, attention TP over
-    the rest; the page size, KV bytes, bandwidths, two-batch overlap and the small-GEMM
-    assumption come from ``cfg``. Raises ``KeyError`` for an unknown GPU name.
+    ``enable_cp_shared_kv``), DP attention over ``cfg.attn_dp_size`` ranks (then each
+    forward is priced by ``breakdown_dp``, one batch per rank), the routed experts over
+    ``cfg.ep_size``, attention TP over the rest; the page size, KV bytes, bandwidths,
+    two-batch overlap and the small-GEMM assumption come from ``cfg``. Raises
+    ``KeyError`` for an unknown GPU name.
     """
+    dp = cfg.attn_dp_size
     layout = ParallelLayout(
         num_gpus,
         cp_size=cfg.cp_size,
+        dp_size=dp,
         ep_size=cfg.ep_size if cfg.ep_size == num_gpus else 1,
         two_batch_overlap=cfg.enable_two_batch_overlap,
         shared_kv=cfg.scheduler.enable_cp_shared_kv,
@@ -108,6 +112,7 @@ def roofline_for_config(cfg: SimSettings, num_gpus: int) -> RooflineCostModel:
         h2d_bandwidth=cfg.h2d_bandwidth_gbps * 1e9,
         kv_transfer_bandwidth=cfg.kv_transfer_bandwidth_gbps * 1e9,
         small_gemm=cfg.small_gemm,
+        dp_lockstep=dp > 1,
     )
 
 

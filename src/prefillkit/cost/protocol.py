@@ -1,7 +1,9 @@
 """What every forward-time model offers: the :class:`CostModel` protocol, its breakdown
 terms (:data:`BREAKDOWN_KEYS`, the ``t_<term>_s`` columns of ``batches.csv``) and the
 :class:`ParallelLayout` a deployment splits a forward by (``num_gpus = attn_tp × cp_size
-× dp_size``; the routed experts over ``ep_size``, 1 or all GPUs)."""
+× dp_size``; the routed experts over ``ep_size``, 1 or all GPUs). A model that prices a
+DP attention forward, one batch per DP rank run in lockstep, is also a
+:class:`LockstepCostModel` (its keys: :func:`dp_breakdown_keys`)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,13 @@ from typing import Protocol
 
 from prefillkit.sched.buffer import ReqShape
 
-__all__ = ["BREAKDOWN_KEYS", "CostModel", "ParallelLayout"]
+__all__ = [
+    "BREAKDOWN_KEYS",
+    "CostModel",
+    "LockstepCostModel",
+    "ParallelLayout",
+    "dp_breakdown_keys",
+]
 
 BREAKDOWN_KEYS: tuple[str, ...] = (
     "linear",
@@ -27,6 +35,14 @@ BREAKDOWN_KEYS: tuple[str, ...] = (
     "per_forward",
     "total",
 )
+
+
+def dp_breakdown_keys(dp_size: int) -> tuple[str, ...]:
+    """The breakdown keys of a lockstep DP attention forward over ``dp_size`` ranks:
+    :data:`BREAKDOWN_KEYS` with ``dp_rank<i>`` (rank ``i``'s attention-side seconds, the
+    ``t_dp_rank<i>_s`` columns; not part of the total) before ``total``."""
+    ranks = tuple(f"dp_rank{i}" for i in range(dp_size))
+    return (*BREAKDOWN_KEYS[:-1], *ranks, BREAKDOWN_KEYS[-1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,4 +91,13 @@ class CostModel(Protocol):
 
     def kv_transfer_time(self, tokens: int) -> float:
         """Seconds to send ``tokens`` tokens of KV out (PD prefill send-out)."""
+        ...
+
+
+class LockstepCostModel(Protocol):
+    """A cost model that prices one DP attention forward (``prefillkit.sim.dp_attention``)."""
+
+    def breakdown_dp(self, batches: Sequence[Sequence[ReqShape]]) -> dict[str, float]:
+        """Seconds per term of one lockstep forward: ``batches[i]`` is DP rank ``i``'s
+        batch (empty: the rank idles through the forward); keys :func:`dp_breakdown_keys`."""
         ...

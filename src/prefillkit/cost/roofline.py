@@ -12,9 +12,11 @@ Layout (``num_gpus = attn_tp × cp_size × dp_size``):
 - attention runs context-parallel over ``cp_size`` ranks with the **page-aligned split**
   of :mod:`prefillkit.sched.cp_split` (page ``j`` of a sequence on rank ``j mod R``, the
   same function the buffer estimator uses), data-parallel over ``dp_size`` ranks (each
-  runs its own batch; the simulator drives one scheduler, so ``dp_size > 1`` assumes
-  every DP rank runs a batch of the same shape, as the published benchmarks do), and
-  head-parallel over the remaining ``attn_tp`` ranks;
+  runs its own batch: :meth:`~RooflineCostModel.breakdown` assumes every DP rank runs a
+  batch of the same shape, as the published benchmarks do;
+  :meth:`~RooflineCostModel.breakdown_dp` prices one batch per rank, the lockstep
+  forward of DP attention, ``prefillkit.sim.dp_attention``), and head-parallel over the
+  remaining ``attn_tp`` ranks;
 - the routed experts run expert-parallel over ``ep_size`` GPUs (``ep_size == 1``: tensor
   parallel over all ``num_gpus``).
 
@@ -75,6 +77,7 @@ from prefillkit.cost.gpus import GpuSpec
 from prefillkit.cost.protocol import BREAKDOWN_KEYS as BREAKDOWN_KEYS
 from prefillkit.cost.protocol import CostModel as CostModel
 from prefillkit.cost.protocol import ParallelLayout as ParallelLayout
+from prefillkit.cost.protocol import dp_breakdown_keys
 from prefillkit.cost.rank_work import rank_work
 from prefillkit.cost.roofline_comm import RooflineComm
 from prefillkit.cost.roofline_setup import (
@@ -133,6 +136,7 @@ class RooflineCostModel:
         kv_bytes_per_token: int | None = None,
         gemm_dtype: str | None = None,
         small_gemm: str = "tiles",
+        dp_lockstep: bool = False,
     ) -> None:
         layout, eff, gemm_dtype, eff_gemm, eff_attn, kv_bytes_per_token = resolve_settings(
             model, gpu, num_gpus, layout=layout, page_size=page_size, eff=eff,
@@ -156,6 +160,10 @@ class RooflineCostModel:
         self.kv_bytes_per_token = kv_bytes_per_token
         self.gemm_dtype = gemm_dtype
         self.small_gemm = small_gemm
+        # A DP attention run (dp_lockstep) prices each forward with breakdown_dp, whose
+        # keys add each DP rank's attention-side time (the t_dp_rank<i>_s columns).
+        if dp_lockstep:
+            self.breakdown_keys = dp_breakdown_keys(layout.dp_size)
         self._init_terms()
 
     def _init_terms(self) -> None:
@@ -186,6 +194,7 @@ class RooflineCostModel:
         )
         self._sm_frac = min(eff.comm_sms / gpu.num_sms, 0.9)
         self._dp = layout.dp_size
+        self._dp_keys = tuple(f"dp_rank{i}" for i in range(layout.dp_size))
         self._tbo = layout.two_batch_overlap
         self._prefetch = layout.cp_kv_prefetch
         self._comm = RooflineComm(m, gpu, layout, eff, self.kv_bytes_per_token, self.h2d_bandwidth)
@@ -398,6 +407,108 @@ class RooflineCostModel:
                 best_lin = lin
         return best, best_t, best_lin
 
+    def breakdown_dp(self, batches: Sequence[Sequence[ReqShape]]) -> dict[str, float]:
+        """Seconds per term of one DP attention forward: ``batches[i]`` is DP rank ``i``'s
+        batch, all ``dp_size`` ranks in lockstep (an idle rank, an empty batch, still
+        joins the MoE step); keys :data:`BREAKDOWN_KEYS` plus ``dp_rank<i>``.
+
+        Each rank runs attention over its own batch: its attention-side time is its
+        busiest CP lane's ``linear + attention + indexer + elementwise`` (as
+        :meth:`breakdown`), ``dp_rank<i>``. The slowest rank sets the forward: its
+        terms are ``linear`` .. ``elementwise`` and ``tp_comm`` (its lane's rows); the
+        routed experts run over the **combined** tokens of all ranks
+        (:meth:`moe_expert_time`), the MoE all-to-all carries the most rows any rank
+        sends plus the combined tokens; the CP gather, the load-back and ``per_request``
+        are the largest rank's (each rank gathers, loads and prepares its own batch, in
+        parallel: one scheduler process per rank); ``per_forward`` once. Every rank
+        running the same batch gives :meth:`breakdown`'s terms exactly (tests pin it).
+        """
+        if len(batches) != self._dp:
+            raise ValueError(f"{len(batches)} batches for {self._dp} DP ranks")
+        sides: list[float] = []
+        lead: list[float] = [-1.0, 0.0, 0.0, 0.0, 0.0]
+        lead_rows = 0
+        most = [0, 0, 0, 0, 0]  # most rows, combined tokens, most loaded, context, requests
+        for batch in batches:
+            terms, counts = self._dp_rank_side(batch)
+            sides.append(terms[0])
+            if terms[0] > lead[0]:
+                lead, lead_rows = terms, counts[0]
+            most[1] += counts[1]
+            for k in (0, 2, 3, 4):
+                if counts[k] > most[k]:
+                    most[k] = counts[k]
+        if most[1] == 0 and most[2] == 0:
+            return dict.fromkeys(self.breakdown_keys, 0.0)
+        parts = self._lockstep_parts(lead, lead_rows, most)
+        for key, side in zip(self._dp_keys, sides, strict=True):
+            parts[key] = side
+        return parts
+
+    def _dp_rank_side(self, batch: Sequence[ReqShape]) -> tuple[list[float], list[int]]:
+        """One DP rank's attention side in :meth:`breakdown_dp`: ``[time, linear,
+        attention, indexer, elementwise]`` of its busiest lane, and ``[that lane's rows,
+        extend tokens, loaded tokens, context tokens, requests]``."""
+        tokens = loaded = context = n_req = 0
+        for req in batch:
+            p, e, ld = req.prefix_len, req.extend_len, req.loaded_tokens
+            if p < 0 or e < 0 or ld < 0 or ld > p:
+                raise ValueError(f"bad request shape (fields >= 0, loads in the prefix): {req}")
+            tokens += e
+            loaded += ld
+            context += p + e
+            n_req += 1
+        if tokens == 0:
+            return [0.0, 0.0, 0.0, 0.0, 0.0], [0, 0, loaded, context, n_req]
+        rows, attn_keys, idx_keys = self.rank_work(batch)
+        a = self.attention_coefficient(batch)
+        best, best_t, best_lin = self._busiest_lane(rows, attn_keys, idx_keys, a)
+        r = rows[best]
+        terms = [
+            best_t,
+            best_lin,
+            a * attn_keys[best],
+            self._b_idx * idx_keys[best],
+            self._elem_s_per_row * r,
+        ]
+        return terms, [r, tokens, loaded, context, n_req]
+
+    def _lockstep_parts(
+        self, lead: list[float], lead_rows: int, most: list[int]
+    ) -> dict[str, float]:
+        """:meth:`breakdown_dp`'s terms from the slowest rank's attention side ``lead``
+        (its lane's rows ``lead_rows``) and ``most`` (see there); the same arithmetic,
+        in the same order, as :meth:`breakdown`'s."""
+        instance_tokens = most[1]
+        experts = self.moe_expert_time(instance_tokens) if instance_tokens > 0 else 0.0
+        compute = lead[0] + experts
+        comm = self._comm_per_rank_row * most[0] + self._comm_per_token * instance_tokens
+        if self._tbo and comm > 0.0:
+            core = compute / (1.0 - self._sm_frac)
+            if comm > core:
+                core = comm
+        else:
+            core = compute + comm
+        gather = self._gather_per_token * most[3]
+        if self._prefetch:
+            gather = max(0.0, gather - compute)
+        exposed = self._load_per_token * most[2] - core
+        parts = {
+            "linear": lead[1],
+            "attention": lead[2],
+            "indexer": lead[3],
+            "elementwise": lead[4],
+            "moe_experts": experts,
+            "moe_comm_exposed": core - compute,
+            "tp_comm": self._tp_per_rank_row * lead_rows,
+            "cp_kv_gather": gather,
+            "loadback_exposed": exposed if exposed > 0.0 else 0.0,
+            "per_request": self.per_request_s * most[4],
+            "per_forward": self.per_forward_s,
+        }
+        parts["total"] = sum(parts.values())
+        return parts
+
     def forward_time(self, batch: Sequence[ReqShape]) -> float:
         return self.breakdown(batch)["total"]
 
@@ -407,6 +518,9 @@ class RooflineCostModel:
         terms = {k: note for k in BREAKDOWN_KEYS if k != "total"}
         for key in ("per_request", "per_forward"):
             terms[key] = "roofline (fixed cost, assumption)"
+        if len(self.breakdown_keys) > len(BREAKDOWN_KEYS):
+            for key in self._dp_keys:
+                terms[key] = "roofline: this DP rank's attention side (not in the total)"
         return terms
 
     def decode_step_time(self, batch_size: int, total_context: int) -> float:

@@ -217,6 +217,12 @@ def print_summary_table(doc: dict[str, Any], *, wall_time_s: float | None = None
     plain(console, f"deployment: {_deployment_line(cfg)}")
     console.print(_deployment_table(doc))
     console.print(table)
+    if isinstance(fleet := doc.get("fleet"), dict):
+        from prefillkit.report.fleet_panel import fleet_lines, fleet_table
+
+        console.print(fleet_table(fleet))
+        for line in fleet_lines(fleet):
+            plain(console, line)
     if note := run_split_note(metrics, cfg):  # a degenerate warm/cold split, with its rule
         plain(console, note)
 

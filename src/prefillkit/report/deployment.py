@@ -20,7 +20,7 @@ PANEL_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("GPU", ("gpu", "device_memory_gb")),
     ("TP", ("tp_size",)),
     ("CP", ("cp_size", "enable_cp_shared_kv")),
-    ("DP", ()),
+    ("DP", ("enable_dp_attention", "dp_size", "load_balance_method")),
     ("EP", ("ep_size",)),
     ("KV pool (device)", ("max_total_tokens", "mem_fraction_static")),
     ("page size", ("page_size",)),
@@ -71,7 +71,7 @@ def _values(cfg: Mapping[str, Any], dep: Mapping[str, Any]) -> dict[str, str]:
         "GPU": gpu,
         "TP": str(tp),
         "CP": cp_text,
-        "DP": "1 (one scheduler)",
+        "DP": _dp_text(cfg),
         "EP": str(cfg.get("ep_size", "-")),
         "KV pool (device)": pool,
         "page size": f"{cfg.get('page_size', '-')} tokens",
@@ -102,9 +102,16 @@ def _cost_model_text(cfg: Mapping[str, Any], dep: Mapping[str, Any]) -> str:
     return text
 
 
+def _dp_text(cfg: Mapping[str, Any]) -> str:
+    """DP attention's ranks (docs/dp_attention.md), or one scheduler."""
+    dp = cfg.get("dp_size", 1)
+    if not _on(cfg.get("enable_dp_attention")) or dp in (1, "1", None):
+        return "1 (one scheduler)"
+    method = cfg.get("load_balance_method", "auto")
+    return f"{dp} DP attention ranks, one scheduler each (load balance: {method})"
+
+
 def _source(label: str, fields: tuple[str, ...], sources: Mapping[str, Any]) -> str:
-    if label == "DP":
-        return "not modelled (--dp is refused)"
     if not sources:
         return "-"
     seen = [str(sources[f]) for f in fields if f in sources]

@@ -17,6 +17,7 @@ from typing import Any
 
 from prefillkit.outfile import write_text
 from prefillkit.report.deployment import deployment_panel
+from prefillkit.report.fleet_panel import fleet_section
 from prefillkit.report.html_parts import PAGE_CSS as _CSS
 from prefillkit.report.html_parts import PAGE_SCRIPT as _SCRIPT
 from prefillkit.report.html_parts import escape as _e
@@ -189,6 +190,13 @@ def _summary_section(runs: Sequence[RunData]) -> str:
     return "<h2>Summary</h2>" + _table("summary", head, rows)
 
 
+def _fleet_section(runs: Sequence[RunData]) -> str:
+    fleets = [
+        (r.name, r.summary["fleet"]) for r in runs if isinstance(r.summary.get("fleet"), dict)
+    ]
+    return fleet_section(fleets)
+
+
 def _comparison_section(runs: Sequence[RunData], cmp: dict[str, Any]) -> str:
     header, rows, paired = comparison_rows(cmp)
     ci = float(cmp.get("ci", 0.95))
@@ -297,6 +305,7 @@ def _sections(runs: Sequence[RunData], comparison: dict[str, Any] | None) -> lis
             _deployment_section(runs),
             _runs_section(runs),
             _summary_section(runs),
+            _fleet_section(runs),
             _plots_section(runs),
             _config_section(runs),
         ]
@@ -312,5 +321,6 @@ def _sections(runs: Sequence[RunData], comparison: dict[str, Any] | None) -> lis
         "<details><summary>Summary of each run</summary>",
         _summary_section(runs),
         "</details>",
+        _fleet_section(runs),
         _config_section(runs),
     ]

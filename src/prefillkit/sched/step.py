@@ -158,6 +158,9 @@ class StepOutput:
     most once a pass, so also the requests it deferred; ``stops``: 0 or 1,
     ``stop_bound`` the bound that tripped; ``preempted``: the ids of the decoding
     requests this pass preempted, back in the queue or rejected).
+    ``dp_rank_sizes``: a step of several DP attention ranks' schedulers run in lockstep
+    (``prefillkit.sim.dp_attention``): how many of ``reqs`` each rank contributed, in
+    rank order (``reqs`` is their batches one after another); empty for one scheduler.
     """
 
     step_id: int
@@ -174,6 +177,7 @@ class StepOutput:
     stops: int = 0
     stop_bound: AffinityBound | None = None
     preempted: tuple[str, ...] = ()
+    dp_rank_sizes: tuple[int, ...] = ()
 
     # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
     # ReqShape).
@@ -193,6 +197,7 @@ class StepOutput:
         stops: int = 0,
         stop_bound: AffinityBound | None = None,
         preempted: tuple[str, ...] = (),
+        dp_rank_sizes: tuple[int, ...] = (),
     ) -> None:
         object.__setattr__(self, "step_id", step_id)
         object.__setattr__(self, "reqs", reqs)
@@ -208,6 +213,7 @@ class StepOutput:
         object.__setattr__(self, "stops", stops)
         object.__setattr__(self, "stop_bound", stop_bound)
         object.__setattr__(self, "preempted", preempted)
+        object.__setattr__(self, "dp_rank_sizes", dp_rank_sizes)
 
     @property
     def empty(self) -> bool:

@@ -27,7 +27,7 @@ import math
 import time as wallclock
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from prefillkit.cost.cached import cached_totals, split_cached
 from prefillkit.cost.deployment import SimSettings
@@ -49,6 +49,8 @@ from prefillkit.sched.buffer import BufferEstimatorContext, check_buffer_limit_f
 from prefillkit.sched.interface import SchedulerInterface, StepOutput, build_scheduler
 from prefillkit.sim.closed_loop import SessionGate
 from prefillkit.sim.decode_steps import DecodeSteps
+from prefillkit.sim.dp_attention import build_dp_scheduler, lockstep_breakdown
+from prefillkit.sim.seams import FleetMember, SchedulerFactory, StepRunner
 from prefillkit.sim.sizing import Deployment, SimConfigError, resolve_deployment
 
 if TYPE_CHECKING:
@@ -60,29 +62,6 @@ if TYPE_CHECKING:
 KEY_UNIT_LOOKAHEAD = 4096
 
 FORWARD_DONE, TRANSFER_DONE, ARRIVAL = 0, 1, 2
-
-#: Builds the run's scheduler from its settings and resolved deployment (an alternative
-#: to prefillkit's own: the app layer's ``--scheduler``; this module imports none).
-SchedulerFactory: TypeAlias = Callable[[SimSettings, Deployment], SchedulerInterface]
-
-
-class StepRunner(Protocol):
-    """Runs each prefill step for real instead of asking the cost model (the one seam between
-    the loop and an executor: ``prefillkit.exec.drive.StepDriver``; this module stays torch-free).
-
-    ``bind`` gets the scheduler's interface once, before the run (a runner may attach a KV
-    listener there); ``forward`` gets every non-empty ``StepOutput`` as the scheduler returned
-    it with the engine's requests in the step's order, executes it, and returns its
-    breakdown (``"total"``: the measured forward seconds, the batch's duration; one
-    ``t_<key>_s`` column per other key of ``breakdown_keys``). KV transfer and decode
-    times still come from the cost model.
-    """
-
-    breakdown_keys: tuple[str, ...]
-
-    def bind(self, sched: SchedulerInterface) -> None: ...
-
-    def forward(self, step: StepOutput, reqs: Sequence[Request]) -> dict[str, float]: ...
 
 
 class Engine:
@@ -109,6 +88,7 @@ class Engine:
         sink: RowSink | None = None,
         total: int | None = None,
         scheduler_factory: SchedulerFactory | None = None,
+        fleet: FleetMember | None = None,
     ) -> None:
         self.cfg = cfg
         # What the run reports: the steady window, percentiles, the TTFT SLO (checked).
@@ -118,7 +98,12 @@ class Engine:
         self.total = total if self.streaming else len(self.requests)
         head, source = self._open(requests)
         # Session turns arrive closed-loop unless cfg.open_loop (sim/closed_loop.py).
-        self.sessions = SessionGate(source, closed_loop=not cfg.open_loop)
+        # A fleet's instance shares the fleet's gate and collector (sim/fleet.py).
+        self.fleet = fleet
+        if fleet is None:
+            self.sessions = SessionGate(source, closed_loop=not cfg.open_loop)
+        else:
+            self.sessions = fleet.sessions
         self._arrivals: Iterator[Request] = self.sessions
         self.dep = deployment or resolve_deployment(cfg, head)
         self.cost: CostModel = cost or cost_model_for_config(cfg, self.dep.num_gpus)
@@ -150,7 +135,10 @@ class Engine:
         self.finished = 0
         self.arrived = 0
         floor = cfg.scheduler.affinity_warm_floor_tokens
-        self.collector = RunCollector(self.trace.keys, floor, sink) if self.streaming else None
+        if fleet is not None:
+            self.collector: RunCollector | None = fleet.collector
+        else:
+            self.collector = RunCollector(self.trace.keys, floor, sink) if self.streaming else None
         self._key_units = KeyUnitCheck(self.dep.key_tokens)  # a stream's, as they arrive
         self._first_arrival: float | None = None
         self._window_limit = math.inf
@@ -182,9 +170,11 @@ class Engine:
 
     def _build_scheduler(self) -> SchedulerInterface:
         """The scheduler over this deployment's pools (and its CP buffer limit checked
-        against the memory left beside the pool), or the factory's."""
+        against the memory left beside the pool; one per DP rank), or the factory's."""
         cfg = self.cfg
         if self._scheduler_factory is not None:
+            if cfg.attn_dp_size > 1:
+                raise SimConfigError("--enable-dp-attention: not with another --scheduler")
             return self._scheduler_factory(cfg, self.dep)
         buffer_ctx = BufferEstimatorContext(
             model=cfg.model_spec,
@@ -199,6 +189,10 @@ class Engine:
                 check_buffer_limit_fits(limit, int(free))
             except ValueError as e:
                 raise SimConfigError(f"--cp-shared-kv-prefill-max-buffer-size: {e}") from None
+        if cfg.attn_dp_size > 1:
+            return build_dp_scheduler(
+                cfg, self.dep, self.cost, buffer_ctx=buffer_ctx, reserve_decode=self.colocated
+            )
         return build_scheduler(
             cfg.scheduler,
             self.dep.total_pages,
@@ -246,6 +240,16 @@ class Engine:
                 gc.unfreeze()
                 gc.enable()
         partial = self.stop_requested and (bool(self._heap) or nxt is not None)
+        return self.result(partial, t0)
+
+    def result(self, partial: bool, t0: float) -> SimResult:
+        """The run's result once its loop has stopped (``partial``: stopped early;
+        ``t0``: the wall clock at its start). A fleet's instance: its counters and
+        deployment (the fleet's collector makes the summary: sim/fleet.py)."""
+        if self.fleet is not None:
+            dep = self.dep.as_dict(self.cfg.page_size)
+            dep["cost_model"] = cost_model_record(self.cost)
+            return SimResult([], [], {}, dep, partial=partial, trace=self.trace)
         summary, classes = self._summary(partial)
         summary.update(self.sessions.metrics(self._answer_rate, self._answer_at_finish))
         if partial:  # NOTE: it counts the requests that had arrived; the rest are not drawn
@@ -338,6 +342,39 @@ class Engine:
                 self.on_progress(self.finished, total)
         return nxt
 
+    # ------------------------------------------------------------------ driven by a fleet
+    # NOTE: a fleet (sim/fleet.py) runs its instances' engines in one event loop, in
+    # time order: ``advance(t)`` (this engine's events due at t), ``inject`` (arrivals
+    # routed here at t), then ``kick`` -- the order of one engine's own ``_loop`` step.
+    def next_event_time(self) -> float:
+        """When this engine's next event is due (inf: none)."""
+        heap = self._heap
+        return heap[0][0] if heap else math.inf
+
+    def advance(self, t: float) -> None:
+        """Handle this engine's events due at ``t`` (completions, in push order).
+        Mutates: ``now`` (to ``t``; never backwards), the scheduler, the heap."""
+        self.now = t
+        heap = self._heap
+        pop = heapq.heappop
+        while heap and heap[0][0] == t:
+            _, _, _, kind, payload = pop(heap)
+            self._handle(kind, payload)
+
+    def inject(self, req: Request, t: float) -> None:
+        """``req`` arrives here at ``t`` (routed by the fleet). Mutates: ``now``, the
+        scheduler's queue."""
+        self.now = t
+        self._arrive(req)
+
+    def kick(self) -> None:
+        """Start the next forward if the executor is idle (and check the scheduler's
+        invariants when asked to)."""
+        if not self.busy:
+            self._start_work()
+        if self.cfg.debug_check_invariants:
+            self.sched.check()
+
     def _arrive(self, req: Request) -> None:
         self.arrived += 1
         if not self.streaming:
@@ -425,10 +462,13 @@ class Engine:
 
     def _answered(self, req: Request, t: float) -> None:
         """``req``'s answer is complete at ``t``: a closed-loop session's next turn is
-        scheduled to arrive (sim/closed_loop.py)."""
+        scheduled to arrive (sim/closed_loop.py); a fleet routes it."""
         succ = self.sessions.answered(req, t)
         if succ is not None:
-            self._push(succ.arrival_time, ARRIVAL, succ)
+            if self.fleet is not None:
+                self.fleet.next_turn(succ)
+            else:
+                self._push(succ.arrival_time, ARRIVAL, succ)
 
     def _decode_time(self, req: Request) -> float:
         """Seconds from ``req``'s first token to its last: its other output tokens at the
@@ -448,6 +488,8 @@ class Engine:
         self._live.pop(req.rid, None)
         if self.collector is not None:
             self.collector.done(req)
+        if self.fleet is not None:
+            self.fleet.retired(req)
 
     def _rejected_on_requeue(self, requeued: Sequence[Request]) -> None:
         """Count the requeued requests the scheduler rejected (they can never fit again)."""
@@ -466,12 +508,17 @@ class Engine:
             if step.reqs:
                 reqs = [live[s.rid] for s in step.reqs]
                 if self.runner is not None:
+                    if step.dp_rank_sizes:
+                        raise SimConfigError("--executor: not with --enable-dp-attention")
                     breakdown = self.runner.forward(step, reqs)
                 else:
                     shapes = [
                         ReqShape(s.prefix_len, s.extend_len, s.loaded_tokens) for s in step.reqs
                     ]
-                    breakdown = self.cost.breakdown(shapes)
+                    if step.dp_rank_sizes:  # DP attention: one lockstep forward of the ranks
+                        breakdown = lockstep_breakdown(self.cost, shapes, step.dp_rank_sizes)
+                    else:
+                        breakdown = self.cost.breakdown(shapes)
                 dur = breakdown["total"]
                 split = split_cached(step, self._mid_chunk)
                 if self.collector is not None:
@@ -486,6 +533,8 @@ class Engine:
                     )
                 self.busy = True
                 self._push(self.now + dur, FORWARD_DONE, step)
+                if self.fleet is not None:
+                    self.fleet.forward(dur)
                 return
         n_decoding, ctx = sched.decode_load() if self.colocated else (0, 0)
         if n_decoding:
@@ -494,9 +543,13 @@ class Engine:
             self._decode_durations.append(dur)
             self.busy = True
             self._push(self.now + dur, FORWARD_DONE, None)
+            if self.fleet is not None:
+                self.fleet.forward(dur)
 
     def _prefill_done(self, step: StepOutput) -> None:
         done = self.sched.forward_done(step, self.now)
+        if self.fleet is not None:
+            self.fleet.prefilled(done)
         for req in done:
             if not self._answer_at_finish and SESSION in req.extra:
                 self._answered(req, self.now + self._decode_time(req))

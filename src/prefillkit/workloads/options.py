@@ -1,18 +1,22 @@
 """Generator parameters as options: their kinds, command-line parsing and the TOML table.
 
-Each built-in generator's keyword arguments are described once (:data:`GENERATOR_PARAMS`):
-the command-line option that sets it, the kind of value and its bounds. The same
+Each built-in generator's keyword arguments are described once (:data:`GENERATOR_PARAMS`:
+``agentic`` and ``seed`` take :data:`AGENTIC_PARAMS`, ``gsp`` :data:`GSP_PARAMS`, ``llmd``
+:data:`LLMD_PARAMS`): the command-line option that sets it, the kind of value and its
+bounds. The same
 description parses a flag's text (:func:`parse_text`) and checks a value from a TOML
 ``[workload]`` table (:func:`check_value`), so both give the same one-line errors
 (:class:`GenParam`, the value kinds, checks and parsing are in
 :mod:`prefillkit.workloads.param_values`).
 
 Ranges are written ``LO,HI`` on the command line (``--agentic-turns 10,30``; a single
-number ``N`` means ``N,N``) and ``[LO, HI]`` (or a single number) in TOML.
+number ``N`` means ``N,N``) and ``[LO, HI]`` (or a single number) in TOML. Lists (llmd's
+``qps_steps`` and ``step_s``) are written ``3,10,15`` on the command line and
+``[3, 10, 15]`` (or a single number) in TOML.
 
 The ``[workload]`` table (:func:`workload_table`) sits beside the ``[prefillkit]``
-table of a ``--config`` file: ``generator = "seed"`` (or ``agentic`` / ``gsp``; default
-``agentic``) plus any of that generator's parameters by keyword name (``_`` or ``-``)::
+table of a ``--config`` file: ``generator = "seed"`` (or ``agentic`` / ``gsp`` / ``llmd``;
+default ``agentic``) plus any of that generator's parameters by keyword name (``_`` or ``-``)::
 
     [prefillkit]
     chunked_prefill_size = 16384
@@ -31,12 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefillkit.workloads.generators import SYSTEM_PROMPT_CHOICE
+from prefillkit.workloads.llmd import PICKS
 from prefillkit.workloads.param_values import GenParam, check_value, show_value
 
 __all__ = [
     "AGENTIC_PARAMS",
     "GENERATOR_PARAMS",
     "GSP_PARAMS",
+    "LLMD_PARAMS",
     "WorkloadTable",
     "WorkloadTableError",
     "params_of",
@@ -163,11 +169,33 @@ GSP_PARAMS: tuple[GenParam, ...] = (
     _gsp("ordered", "ordered", "bool", "keep requests in group order (no shuffle)."),
 )
 
+
+def _llmd(name: str, flag: str, kind: str, help: str, **kw: Any) -> GenParam:
+    return GenParam(name, f"--llmd-{flag}", kind, f"llm-d: {help}", **kw)
+
+
+LLMD_PARAMS: tuple[GenParam, ...] = (
+    _llmd("customers", "customers", "int", "customers (groups with one context each).", low=1),
+    _llmd("users_per_customer", "users-per-customer", "int", "questions a customer.", low=1),
+    _llmd("context_tokens", "context-tokens", "int", "context tokens a customer (shared prefix)."),
+    _llmd("query_tokens", "query-tokens", "int", "question tokens a request.", low=1),
+    _llmd("output_tokens", "output-tokens", "int", "output tokens a request (ignore_eos)."),
+    _llmd("qps_steps", "qps-steps", "float_list", "each step's QPS, Q1,Q2,...", strict=True),
+    _llmd("step_s", "step-s", "float_list", "step seconds: one, or one a step.", strict=True),
+    _llmd("warmup_qps", "warmup-qps", "float", "warm-up stage rate (0: none)."),
+    _llmd("warmup_s", "warmup-s", "float", "warm-up stage seconds (0: none)."),
+    _llmd("step_gap_s", "step-gap-s", "float", "seconds from a stage's last arrival to the next."),
+    _llmd("pick", "pick", "choice", "a request's prompt: harness cycle or uniform.", choices=PICKS),
+    _llmd("fresh_queries", "fresh-queries", "bool", "a new question for every request."),
+    GenParam("block_size", "--block-size", "int", "Tokens per hash block.", low=1, cli=False),
+)
+
 #: Generator name -> its parameters (``seed`` is ``agentic`` with preset values).
 GENERATOR_PARAMS: Mapping[str, tuple[GenParam, ...]] = {
     "agentic": AGENTIC_PARAMS,
     "seed": AGENTIC_PARAMS,
     "gsp": GSP_PARAMS,
+    "llmd": LLMD_PARAMS,
 }
 
 

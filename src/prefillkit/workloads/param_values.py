@@ -3,6 +3,11 @@
 The same description parses a flag's text (:func:`parse_text`) and checks a value from a
 TOML ``[workload]`` table (:func:`check_value`), so both give the same one-line errors
 (:mod:`prefillkit.workloads.options` describes each generator's parameters with it).
+
+Kinds (:data:`KINDS`): ``int`` and ``float``; ``int_range`` and ``float_range`` (``LO,HI``
+on the command line, ``[LO, HI]`` or one number in TOML); ``float_list``, a list of one or
+more finite numbers within the bounds (``3,10,15`` on the command line, ``[3, 10, 15]`` or
+one number in TOML; a tuple either way); ``choice`` and ``bool``.
 """
 
 from __future__ import annotations
@@ -15,18 +20,18 @@ from typing import Any
 __all__ = ["KINDS", "GenParam", "check_value", "parse_text", "show_value"]
 
 #: Kinds of parameter value.
-KINDS = ("int", "float", "int_range", "float_range", "choice", "bool")
+KINDS = ("int", "float", "int_range", "float_range", "float_list", "choice", "bool")
 
 
 @dataclass(frozen=True, slots=True)
 class GenParam:
     """One generator keyword argument and the command-line option that sets it.
 
-    ``low`` is the smallest allowed value (both ends of a range); ``strict``: ``low``
-    itself is not allowed; ``high``: the largest allowed value (None: unbounded).
-    ``nullable``: the value may be unset (``none`` on the command line). ``allow_inf``:
-    a float may be ``inf``. ``cli``: the parameter has its own option (``block_size``
-    is set by the shared ``--block-size``).
+    ``low`` is the smallest allowed value (both ends of a range, every number of a
+    list); ``strict``: ``low`` itself is not allowed; ``high``: the largest allowed value
+    (None: unbounded). ``nullable``: the value may be unset (``none`` on the command
+    line). ``allow_inf``: a float may be ``inf`` (not in a list). ``cli``: the parameter
+    has its own option (``block_size`` is set by the shared ``--block-size``).
     """
 
     name: str
@@ -98,6 +103,8 @@ def check_value(p: GenParam, value: object) -> Any:
         return value
     if p.kind in ("int_range", "float_range"):
         return _check_range_value(p, value)
+    if p.kind == "float_list":
+        return _check_list_value(p, value)
     want_int = p.kind == "int"
     if not (_is_int(value) if want_int else _is_number(value)):
         raise ValueError(
@@ -123,6 +130,20 @@ def _check_range_value(p: GenParam, value: object) -> tuple[Any, Any]:
     return (pair[0], pair[1])
 
 
+def _check_list_value(p: GenParam, value: object) -> tuple[float, ...]:
+    """One number or a list (tuple) of numbers as a tuple of finite floats within
+    ``p``'s bounds."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    numbers = tuple(float(x) for x in items if isinstance(x, (int, float)) and _is_number(x))
+    if not items or len(numbers) != len(items):
+        raise ValueError(f"expected a number or a list of numbers, got {show_value(value)}")
+    for x in numbers:
+        too_low = x <= p.low if p.strict else x < p.low
+        if not math.isfinite(x) or too_low or (p.high is not None and x > p.high):
+            raise ValueError(f"must be finite and {_bound_text(p)}, got {x:g}")
+    return numbers
+
+
 def _parse_number(p: GenParam, text: str, want_int: bool) -> int | float:
     t = text.strip()
     try:
@@ -133,8 +154,8 @@ def _parse_number(p: GenParam, text: str, want_int: bool) -> int | float:
 
 
 def parse_text(p: GenParam, text: str) -> Any:
-    """A command-line value of ``p`` (``LO,HI`` for ranges, ``none`` for nullable ones),
-    checked; raises ``ValueError`` without the option name."""
+    """A command-line value of ``p`` (``LO,HI`` for ranges, ``N[,N...]`` for lists,
+    ``none`` for nullable ones), checked; raises ``ValueError`` without the option name."""
     if p.nullable and text.strip().lower() in ("none", "null"):
         return None
     if p.kind in ("int_range", "float_range"):
@@ -145,6 +166,12 @@ def parse_text(p: GenParam, text: str) -> Any:
             raise ValueError(f"expected LO,HI (two {what}) or one number, got {text!r}")
         nums = [_parse_number(p, s, want_int) for s in parts]
         return check_value(p, nums[0] if len(nums) == 1 else nums)
+    if p.kind == "float_list":
+        try:
+            values = [float(s) for s in text.split(",")]
+        except ValueError:
+            raise ValueError(f"expected numbers separated by commas, got {text!r}") from None
+        return check_value(p, values)
     if p.kind in ("int", "float"):
         return check_value(p, _parse_number(p, text, p.kind == "int"))
     if p.kind == "choice":

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prefillkit.app.fleet_file import fleet_settings
 from prefillkit.app.settings import parse_flags
 from prefillkit.app.sweep import SweepError
 from prefillkit.app.sweep.grid_knobs import WORKLOAD_AXES, check_value, grid_error, knob_name
@@ -250,6 +251,7 @@ def _check_points(path: str, points: Sequence[PointSpec]) -> None:
         try:
             cfg = config_for(p.settings)
             Engine(cfg.sim_settings(), [])
+            fleet_settings(cfg)
         except ValueError as exc:
             knobs = " ".join(
                 f"{k}={v}" for k, v in p.labels.items() if k not in ("workload", "seed")

@@ -31,6 +31,7 @@ from typing import Any
 
 from prefillkit import __version__
 from prefillkit.app.compare import setting_text
+from prefillkit.app.fleet_file import fleet_settings
 from prefillkit.app.launch import build_config
 from prefillkit.app.replay import (
     WorkloadSpec,
@@ -216,13 +217,15 @@ def run_point(point: Mapping[str, Any], hooks: Mapping[str, str] | None = None) 
             wspec, page_size=cfg.resolved_page_size, seed=cfg.seed, helpers=False
         )
         engines: list[Engine] = []
+        stated = with_stated_decode_rate(cfg, wspec)
         result = run_replay(
-            with_stated_decode_rate(cfg, wspec).sim_settings(),
+            stated.sim_settings(),
             stream.requests,
             progress=False,
             handle_sigint=False,
             on_start=engines.append,
             scheduler=cfg.scheduler,
+            fleet=fleet_settings(stated),
         )
         info = stream.finish_info(int(result.summary["requests"]))
     except (ValueError, OSError, MemoryError) as exc:

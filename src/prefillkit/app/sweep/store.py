@@ -117,6 +117,10 @@ METRIC_COLUMNS: tuple[tuple[str, str], ...] = tuple(
         ("bool", "overloaded"),
         ("string", "saturated_windows overloaded_windows"),
         ("int64", "num_windows"),
+        # a fleet's (sim/fleet.py; null for one instance)
+        ("int64", "instances"),
+        ("string", "router"),
+        ("float64", "fleet_busy_s routing_imbalance router_view_wrong_share"),
     )
     for name in names.split()
 )
