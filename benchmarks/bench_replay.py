@@ -130,6 +130,7 @@ def main() -> None:
     )
     ap.add_argument("--instances", type=int, default=1, help="a fleet of N instances")
     ap.add_argument("--router", default=None, help="the fleet's router")
+    ap.add_argument("--fleet-flags", default="", help="more flags for the fleet's router")
     a = ap.parse_args()
     src = None if a.installed else a.src.resolve()
     print(f"build: {which_build(src)}", flush=True)
@@ -139,7 +140,7 @@ def main() -> None:
         print_row(*rows[-1])
     sized: list[dict[str, float]] = []
     for n in a.sizes:
-        r = run_case(src, agentic_args(n, a.instances, a.router))
+        r = run_case(src, [*agentic_args(n, a.instances, a.router), *a.fleet_flags.split()])
         sized.append(r)
         rows.append((f"agentic-{n}", r))
         print_row(*rows[-1])

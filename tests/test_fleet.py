@@ -191,7 +191,7 @@ def test_replay_runs_a_fleet_from_flags_and_writes_its_files(tmp_path: Path) -> 
     out = tmp_path / "run"
     proc = cli(
         "replay", "--instances", "3", "--router", "cache-aware", "--agentic-sessions", "12",
-        "--out", out, "--quiet",
+        "--out", out, "--quiet", "--report",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "summary.json").read_text())
@@ -204,7 +204,9 @@ def test_replay_runs_a_fleet_from_flags_and_writes_its_files(tmp_path: Path) -> 
     assert Counter(r["rid"] for r in routed) == Counter(rids)
     with open(out / "instances.csv") as f:
         assert [int(r["instance"]) for r in csv.DictReader(f)] == [0, 1, 2]
-    assert "instances" in proc.stdout or "fleet" in proc.stdout
+    assert "fleet: 3 instances" in proc.stdout and "routing imbalance" in proc.stdout
+    html = (out / "report.html").read_text()
+    assert "<h2>Fleet</h2>" in html and "view wrong" in html
 
 
 def test_unknown_router_flag_is_one_line() -> None:
