@@ -331,64 +331,23 @@ class RooflineCostModel:
 
     # --- CostModel --------------------------------------------------------------------
     def breakdown(self, batch: Sequence[ReqShape]) -> dict[str, float]:
-        """Seconds per term of one forward; keys are :data:`BREAKDOWN_KEYS`."""
-        tokens = 0
-        loaded = 0
-        context = 0
-        n_req = 0
-        for req in batch:
-            p, e, ld = req.prefix_len, req.extend_len, req.loaded_tokens
-            if p < 0 or e < 0 or ld < 0 or ld > p:
-                raise ValueError(f"bad request shape (fields >= 0, loads in the prefix): {req}")
-            tokens += e
-            loaded += ld
-            context += p + e
-            n_req += 1
+        """Seconds per term of one forward; keys are :data:`BREAKDOWN_KEYS`.
+
+        Every DP rank (``dp_size``) runs a batch of this shape: the busiest attention
+        lane's side (:meth:`_rank_side`) and the routed experts over ``dp_size`` times
+        its tokens (:meth:`_lockstep_parts`, which :meth:`breakdown_dp` shares)."""
+        side, counts = self._rank_side(batch)
+        tokens, loaded = counts[1], counts[2]
         if tokens == 0 and loaded == 0:
             return dict.fromkeys(BREAKDOWN_KEYS, 0.0)
-        rows, attn_keys, idx_keys = self.rank_work(batch)
-        # NOTE: hot path. The communication terms are inlined through coefficients
-        # precomputed from their helper methods (each is linear in its argument); the
-        # GEMM terms come from linear_time / moe_expert_time, memoised per row count
-        # (tests check both give the same terms). The busiest rank: every lane's time is
-        # linear(rows) + a * attention keys + b * indexer keys + c * rows.
-        a = self.attention_coefficient(batch)
-        best, best_t, best_lin = self._busiest_lane(rows, attn_keys, idx_keys, a)
-        busiest_rows = rows[best]
-        instance_tokens = tokens * self._dp
-        experts = self.moe_expert_time(instance_tokens) if instance_tokens > 0 else 0.0
-        compute = best_t + experts
-        comm = self._comm_per_rank_row * busiest_rows + self._comm_per_token * instance_tokens
-        if self._tbo and comm > 0.0:
-            core = compute / (1.0 - self._sm_frac)
-            if comm > core:
-                core = comm
-        else:
-            core = compute + comm
-        gather = self._gather_per_token * context
-        if self._prefetch:
-            gather = max(0.0, gather - compute)
-        exposed = self._load_per_token * loaded - core
-        parts = {
-            "linear": best_lin,
-            "attention": a * attn_keys[best],
-            "indexer": self._b_idx * idx_keys[best],
-            "elementwise": self._elem_s_per_row * busiest_rows,
-            "moe_experts": experts,
-            "moe_comm_exposed": core - compute,
-            "tp_comm": self._tp_per_rank_row * busiest_rows,
-            "cp_kv_gather": gather,
-            "loadback_exposed": exposed if exposed > 0.0 else 0.0,
-            "per_request": self.per_request_s * n_req,
-            "per_forward": self.per_forward_s,
-        }
-        parts["total"] = sum(parts.values())
-        return parts
+        return self._lockstep_parts(
+            side, counts[0], [counts[0], tokens * self._dp, loaded, counts[3], counts[4]]
+        )
 
     def _busiest_lane(
         self, rows: list[int], attn_keys: list[int], idx_keys: list[int], a: float
     ) -> tuple[int, float, float]:
-        """The busiest attention rank of a forward (the NOTE in :meth:`breakdown`): its
+        """The busiest attention rank of a forward (the NOTE in :meth:`_rank_side`): its
         index, its time and its linear term."""
         b = self._b_idx
         c = self._elem_s_per_row
@@ -430,7 +389,7 @@ class RooflineCostModel:
         lead_rows = 0
         most = [0, 0, 0, 0, 0]  # most rows, combined tokens, most loaded, context, requests
         for batch in batches:
-            terms, counts = self._dp_rank_side(batch)
+            terms, counts = self._rank_side(batch)
             sides.append(terms[0])
             if terms[0] > lead[0]:
                 lead, lead_rows = terms, counts[0]
@@ -445,10 +404,16 @@ class RooflineCostModel:
             parts[key] = side
         return parts
 
-    def _dp_rank_side(self, batch: Sequence[ReqShape]) -> tuple[list[float], list[int]]:
-        """One DP rank's attention side in :meth:`breakdown_dp`: ``[time, linear,
+    def _rank_side(self, batch: Sequence[ReqShape]) -> tuple[list[float], list[int]]:
+        """One rank's attention side of a forward over ``batch``: ``[time, linear,
         attention, indexer, elementwise]`` of its busiest lane, and ``[that lane's rows,
-        extend tokens, loaded tokens, context tokens, requests]``."""
+        extend tokens, loaded tokens, context tokens, requests]``.
+
+        NOTE: hot path. The communication terms (:meth:`_lockstep_parts`) are inlined
+        through coefficients precomputed from their helper methods (each is linear in its
+        argument); the GEMM terms come from linear_time / moe_expert_time, memoised per
+        row count (tests check both give the same terms). The busiest lane: every lane's
+        time is linear(rows) + a * attention keys + b * indexer keys + c * rows."""
         tokens = loaded = context = n_req = 0
         for req in batch:
             p, e, ld = req.prefix_len, req.extend_len, req.loaded_tokens
@@ -476,9 +441,10 @@ class RooflineCostModel:
     def _lockstep_parts(
         self, lead: list[float], lead_rows: int, most: list[int]
     ) -> dict[str, float]:
-        """:meth:`breakdown_dp`'s terms from the slowest rank's attention side ``lead``
-        (its lane's rows ``lead_rows``) and ``most`` (see there); the same arithmetic,
-        in the same order, as :meth:`breakdown`'s."""
+        """The forward's terms from the slowest rank's attention side ``lead`` (its lane's
+        rows ``lead_rows``) and ``most``: the most rows a rank sends, the instance's
+        extend tokens, then the loaded and context tokens and the requests that the
+        fixed, gather and load-back terms count (:meth:`breakdown`, :meth:`breakdown_dp`)."""
         instance_tokens = most[1]
         experts = self.moe_expert_time(instance_tokens) if instance_tokens > 0 else 0.0
         compute = lead[0] + experts
