@@ -57,6 +57,8 @@ COMPILED = [
     "src/prefillkit/sched/verdicts.py",
     "src/prefillkit/sched/waiting.py",
     "src/prefillkit/sim/engine.py",
+    "src/prefillkit/sim/routers/masks.py",
+    "src/prefillkit/sim/routers/prefix_index.py",
     "src/prefillkit/records/collector.py",
     "src/prefillkit/cost/roofline.py",
     "src/prefillkit/cost/rank_work.py",

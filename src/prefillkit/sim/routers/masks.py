@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """Bitmask helpers the two prefix indexes share (prefix_index.py, approx_index.py).
 
 An index keeps one dict ``key -> int``: bit ``i`` set when instance ``i`` holds the key.

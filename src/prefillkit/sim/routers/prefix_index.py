@@ -1,3 +1,4 @@
+# Compiled by mypyc (setup.py); rules: docs/design.md, "Rules for compiled modules".
 """The two prefix indexes a router reads: what each instance holds, exactly or believed.
 
 Both key a prefix by the core's chained cache keys (one per ``key_tokens`` tokens; equal
@@ -59,19 +60,19 @@ class ExactPrefixIndex:
             raise ConfigError(
                 f"router: instance index {index} out of range [0, {self.num_instances})"
             )
+        return _Listener(self, index, shared)
+
+    def on_event(self, event: KVEvent, index: int, shared: bool) -> None:
+        """Instance ``index``'s KV event (module docstring: which events count)."""
         bit = 1 << index
-
-        def on_event(event: KVEvent) -> None:
-            if isinstance(event, BlockStored):
-                if event.medium == "GPU":
-                    self._add(event.keys, bit, index, shared)
-            elif isinstance(event, BlockRemoved):
-                if event.medium == "GPU":
-                    self._remove(event.keys, bit, index, shared)
-            elif isinstance(event, BlockLoadedBack):
+        if isinstance(event, BlockStored):
+            if event.medium == "GPU":
                 self._add(event.keys, bit, index, shared)
-
-        return on_event
+        elif isinstance(event, BlockRemoved):
+            if event.medium == "GPU":
+                self._remove(event.keys, bit, index, shared)
+        elif isinstance(event, BlockLoadedBack):
+            self._add(event.keys, bit, index, shared)
 
     def _add(self, keys: Sequence[int], bit: int, index: int, shared: bool) -> None:
         masks = self._masks
@@ -126,3 +127,18 @@ class ExactPrefixIndex:
     def holds(self, key: int, index: int) -> bool:
         """Whether instance ``index`` holds ``key`` on device."""
         return bool(self._masks.get(key, 0) >> index & 1)
+
+
+class _Listener:
+    """One instance's KV listener: its events go to the index (a class, not a closure:
+    the compiled build calls it without a Python frame)."""
+
+    __slots__ = ("index", "owner", "shared")
+
+    def __init__(self, owner: ExactPrefixIndex, index: int, shared: bool) -> None:
+        self.owner = owner
+        self.index = index
+        self.shared = shared
+
+    def __call__(self, event: KVEvent) -> None:
+        self.owner.on_event(event, self.index, self.shared)
