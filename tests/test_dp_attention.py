@@ -412,7 +412,19 @@ def test_bad_dp_flags_exit_2_with_one_line(flags: list[str], text: str) -> None:
     assert text in lines[0], lines[0]
 
 
-def test_the_demo_presets_cp_8_leaves_no_room_for_dp() -> None:
-    (res,) = cli_batch([["replay", "--enable-dp-attention", "--dp", "4", "-q"]], timeout=120)
-    assert res["code"] == 2
-    assert "--dp-size 4 x --cp-size 8 must divide --tp-size 8" in res["stderr"]
+def test_dp_flags_are_a_deployment_line_and_drop_a_presets_cp() -> None:
+    """``--enable-dp-attention --dp 4`` alone is a deployment line (SGLang's defaults:
+    TP 1, which 4 ranks cannot split); under ``--preset demo`` the preset's CP 8, which
+    TP 8 cannot hold beside 4 DP ranks, is dropped as any contradicted preset value is."""
+    alone, demo = cli_batch(
+        [
+            ["replay", "--enable-dp-attention", "--dp", "4", "-q"],
+            ["replay", "--preset", "demo", "--enable-dp-attention", "--dp", "4", "-q",
+             "--agentic-sessions", "4", "--json"],
+        ],
+        timeout=120,
+    )  # fmt: skip
+    assert alone["code"] == 2
+    assert "--dp-size 4 x --cp-size 1 must divide --tp-size 1" in alone["stderr"]
+    assert demo["code"] == 0, demo["stderr"]
+    assert '"dp_size": 4' in demo["stdout"]

@@ -139,6 +139,9 @@ DEPLOYMENT_FIELDS: frozenset[str] = frozenset(
         "tp_size",
         "cp_size",
         "ep_size",
+        "enable_dp_attention",
+        "dp_size",
+        "load_balance_method",
         "enable_cp_shared_kv",
         "enable_two_batch_overlap",
         "enable_hierarchical_cache",
@@ -173,7 +176,8 @@ def deployment_defaults(
 
     A setting the user gives always wins. Preset values that would contradict the
     user's settings are dropped rather than turned into errors: the preset's
-    ``cp_size`` only when the user's ``tp_size`` (if any) is a multiple of it, its
+    ``cp_size`` only when the user's ``tp_size`` (if any) is a multiple of it (times the
+    user's ``dp_size`` under DP attention), its
     ``ep_size`` only when it equals the TP size in force, CP shared KV only with
     ``cp_size > 1``, HiCache only when the user's ``--hicache-ratio`` / ``--hicache-size``
     allow it.
@@ -182,7 +186,9 @@ def deployment_defaults(
     out = {k: v for k, v in values.items() if k not in given}
     tp = given.get("tp_size", out.get("tp_size", 1))
     cp = out.get("cp_size")
-    if isinstance(cp, int) and not (isinstance(tp, int) and tp > 0 and tp % cp == 0):
+    dp = given.get("dp_size", 1) if given.get("enable_dp_attention") else 1
+    width = cp * dp if isinstance(cp, int) and isinstance(dp, int) else cp
+    if isinstance(width, int) and not (isinstance(tp, int) and tp > 0 and tp % width == 0):
         del out["cp_size"]
     ep = out.get("ep_size")
     if ep is not None and ep != tp:

@@ -22,8 +22,9 @@ With no arguments, replays the built-in agentic multi-turn workload (multi_turn_
 seeded by --seed) on the demo deployment (--preset demo: GLM-5 on 8xH200, TP 8, CP 8
 shared-KV, HiCache, pd-prefill), and says so.
 
-As soon as a deployment flag (model, GPUs, TP/CP/EP, HiCache, memory; or a pasted SGLang
-launch flag such as --trust-remote-code) is given, whatever the line does not say takes
+As soon as a deployment flag (model, GPUs, TP/CP/EP, DP attention, HiCache, memory; or a
+pasted SGLang launch flag such as --trust-remote-code) is given, whatever the line does
+not say takes
 SGLang 0.5.23's default (TP 1, CP 1, HiCache off, colocated unless
 --disaggregation-mode prefill, ...); the model comes from --model-path (a preset's
 Hugging Face id, or a local config.json) or --model-config. --preset NAME (demo, seed)
