@@ -13,8 +13,8 @@ Each generator's parameters as options (``--agentic-*``, ``--gsp-*``, ``--llmd-*
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from prefillkit.workloads.agentic import iter_multi_turn_agentic, multi_turn_agentic
 from prefillkit.workloads.block_size import block_size_refusal
@@ -27,8 +27,23 @@ from prefillkit.workloads.generators import (
 from prefillkit.workloads.llmd import iter_llmd_prefix, llmd_prefix
 from prefillkit.workloads.record import TraceRecord
 
-if TYPE_CHECKING:
-    from prefillkit.app.replay import WorkloadSpec
+
+class WorkloadSpec(Protocol):
+    """What the dispatch reads of :class:`prefillkit.app.replay.WorkloadSpec` (a
+    protocol, so this module does not import the one that imports it)."""
+
+    @property
+    def generator(self) -> str: ...
+
+    @property
+    def generator_args(self) -> Mapping[str, Any]: ...
+
+    @property
+    def block_size(self) -> int | None: ...
+
+    @property
+    def arg_labels(self) -> Mapping[str, str]: ...
+
 
 __all__ = [
     "GENERATORS",

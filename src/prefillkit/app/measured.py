@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prefillkit.app.replay import InputError
+from prefillkit.app.generator_choice import InputError
 from prefillkit.cost.deployment import SimSettings
 from prefillkit.cost.roofline import CostModel
 from prefillkit.records.file_set import atomic_write_text
