@@ -214,6 +214,21 @@ def test_unknown_router_flag_is_one_line() -> None:
     assert "--router" in line
 
 
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--instances", "0"], "--instances: must be >= 1"),
+        (["--instances", "2", "--router", "cache-aware", "--router-cache-threshold", "2"],
+         "--router-cache-threshold: must be in [0, 1]"),
+        (["--instances", "2", "--router-prefix-source", "exact"], "--router-prefix-source"),
+        (["--instances", "2", "--executor", "torch-cpu"], "--executor torch-cpu: a fleet"),
+    ],
+)  # fmt: skip
+def test_bad_fleet_flags_are_one_line(flags: list[str], needle: str) -> None:
+    line = error_line(cli("replay", *flags, "--agentic-sessions", "3"))
+    assert needle in line, line
+
+
 def test_load_requests_for_a_fleet_list_run_matches_the_stream() -> None:
     cfg = Config(**CFG)
     spec = _spec()

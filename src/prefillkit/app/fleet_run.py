@@ -37,7 +37,8 @@ def run_fleet(
     the Ctrl-C handler's context for the fleet (None: none)."""
     if executor != "sim":
         raise ValueError(
-            "a fleet is simulated (--executor sim); a measured executor runs one instance"
+            f"--executor {executor}: a fleet (--instances, --fleet) is simulated "
+            "(--executor sim); a measured executor runs one instance"
         )
     factory = scheduler_factory(scheduler, fleet.instances[0], executor)
     engine = Fleet(
