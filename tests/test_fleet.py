@@ -278,3 +278,39 @@ def test_the_router_sweep_example_is_a_valid_grid() -> None:
 
     grid = load_grid(EXAMPLES / "sweep_routers.toml")
     assert len(list(grid.points())) == 6
+
+
+class _NoEvents:
+    """prefillkit's scheduler, reporting no KV events (as ``--scheduler sglang``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def set_kv_listener(self, listener: Any) -> None:
+        if listener is not None:
+            raise NotImplementedError("this scheduler reports no KV events")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _no_events_factory(settings: Any, dep: Any) -> Any:
+    from prefillkit.sched.interface import build_scheduler
+
+    return _NoEvents(build_scheduler(settings.scheduler, dep.total_pages, dep.key_tokens))
+
+
+def test_a_scheduler_without_kv_events_refuses_an_exact_router_not_an_approximate_one() -> None:
+    from prefillkit.sim.sizing import SimConfigError
+
+    cfg = Config(**CFG)
+    spec = _spec(num_sessions=6)
+    stream = open_workload(spec, page_size=cfg.resolved_page_size, seed=cfg.seed)
+    exact = _fleet(cfg, 2, "kv-cost")
+    with pytest.raises(SimConfigError, match=r"^--router-prefix-source exact: this scheduler"):
+        Fleet(exact, stream.requests, scheduler_factory=_no_events_factory)
+    approx = _fleet(cfg, 2, "cache-aware", prefix_source="approximate")
+    stream = open_workload(spec, page_size=cfg.resolved_page_size, seed=cfg.seed)
+    res = Fleet(approx, stream.requests, scheduler_factory=_no_events_factory).run()
+    assert res.summary["completed"] == res.summary["requests"] > 0
+    assert res.extra["fleet"]["view"]["checked"] == 0  # no yardstick without events

@@ -26,6 +26,7 @@ utilization is the instances' mean (busy seconds over ``M × span``).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import heapq
 import itertools
@@ -147,11 +148,7 @@ class Fleet:
         ]
         # The instances' device caches from their KV events: an exact router's view, and
         # an approximate router's yardstick (how often its view was wrong).
-        self.exact: ExactPrefixIndex | None = None
-        if settings.router.source != "none":
-            self.exact = ExactPrefixIndex(n)
-            for i, (eng, inst) in enumerate(zip(self.engines, settings.instances, strict=True)):
-                eng.sched.set_kv_listener(self.exact.listener(i, shared=_ranks(inst) > 1))
+        self.exact = self._exact_index(settings) if settings.router.source != "none" else None
         self.router = build_router(settings.router, n, self.exact, self.key_tokens)
         self.routing_sink = routing_sink
         self.on_progress = on_progress
@@ -163,6 +160,26 @@ class Fleet:
         self._turn_seq = 0
         self._zeros = [0] * n
         self._touched: set[int] = set()
+
+    def _exact_index(self, settings: FleetSettings) -> ExactPrefixIndex | None:
+        """The index of the instances' device caches, listening to every scheduler; None
+        when a scheduler reports no KV events (``--scheduler sglang``): an approximate
+        router then runs without its yardstick, an exact one is refused."""
+        exact = ExactPrefixIndex(len(self.engines))
+        try:
+            for i, (eng, inst) in enumerate(zip(self.engines, settings.instances, strict=True)):
+                eng.sched.set_kv_listener(exact.listener(i, shared=_ranks(inst) > 1))
+        except NotImplementedError as exc:
+            for eng in self.engines:
+                with contextlib.suppress(NotImplementedError):
+                    eng.sched.set_kv_listener(None)
+            if settings.router.source == "exact":
+                raise SimConfigError(
+                    f"--router-prefix-source exact: {exc}; an exact router reads them "
+                    "(--router-prefix-source approximate or a load-only router runs)"
+                ) from None
+            return None
+        return exact
 
     # ------------------------------------------------------------------ members' calls
     def prefilled(self, reqs: Sequence[Request]) -> None:
