@@ -314,3 +314,19 @@ def test_a_scheduler_without_kv_events_refuses_an_exact_router_not_an_approximat
     res = Fleet(approx, stream.requests, scheduler_factory=_no_events_factory).run()
     assert res.summary["completed"] == res.summary["requests"] > 0
     assert res.extra["fleet"]["view"]["checked"] == 0  # no yardstick without events
+
+
+@pytest.mark.parametrize(
+    ("parts", "merged"),
+    [
+        ([{"admission_passes": 3}, {"admission_passes": 4}], {"admission_passes": 7}),
+        ([{"affinity_max_skips_in_pass": 2}, {"affinity_max_skips_in_pass": 5}],
+         {"affinity_max_skips_in_pass": 5}),  # a per-pass maximum: the largest
+        ([{"a": 1}, {"b": 2}], {"a": 1, "b": 2}),
+        ([], {}),
+    ],
+)  # fmt: skip
+def test_merge_counters(parts: list[dict[str, int]], merged: dict[str, int]) -> None:
+    from prefillkit.sim.counters import merge_counters
+
+    assert merge_counters(parts) == merged

@@ -38,6 +38,7 @@ from prefillkit.sched.interface import (
     StepOutput,
     build_scheduler,
 )
+from prefillkit.sim.counters import merge_counters
 from prefillkit.sim.sizing import Deployment, SimConfigError
 
 if TYPE_CHECKING:
@@ -338,15 +339,7 @@ class DpAttentionScheduler:
     def counters(self) -> dict[str, Any]:
         """The ranks' counters summed (``affinity_max_*``: the largest), plus per rank
         the requests routed to it and its batches, and the ranks idle in a forward."""
-        out: dict[str, Any] = {}
-        for rank in self.ranks:
-            for key, value in rank.counters().items():
-                if key not in out:
-                    out[key] = value
-                elif key.startswith("affinity_max_"):
-                    out[key] = max(out[key], value)
-                else:
-                    out[key] += value
+        out = merge_counters(rank.counters() for rank in self.ranks)
         for i, (routed, batches) in enumerate(zip(self._routed, self._batches, strict=True)):
             out[f"dp_rank{i}_requests"] = routed
             out[f"dp_rank{i}_batches"] = batches

@@ -20,7 +20,6 @@ Modes:
 
 from __future__ import annotations
 
-import gc
 import heapq
 import itertools
 import math
@@ -50,6 +49,7 @@ from prefillkit.sched.interface import SchedulerInterface, StepOutput, build_sch
 from prefillkit.sim.closed_loop import SessionGate
 from prefillkit.sim.decode_steps import DecodeSteps
 from prefillkit.sim.dp_attention import build_dp_scheduler, lockstep_breakdown
+from prefillkit.sim.gc_pause import collector_paused
 from prefillkit.sim.seams import FleetMember, SchedulerFactory, StepRunner
 from prefillkit.sim.sizing import Deployment, SimConfigError, resolve_deployment
 
@@ -62,6 +62,17 @@ if TYPE_CHECKING:
 KEY_UNIT_LOOKAHEAD = 4096
 
 FORWARD_DONE, TRANSFER_DONE, ARRIVAL = 0, 1, 2
+
+
+def stream_head(requests: Iterator[Request]) -> tuple[list[Request], Iterator[Request]]:
+    """A stream's head (up to its first request with a key chain, usually the first, or
+    :data:`KEY_UNIT_LOOKAHEAD` requests: it sizes the deployment) and the whole stream."""
+    head: list[Request] = []
+    for req in requests:
+        head.append(req)
+        if req.keys or len(head) >= KEY_UNIT_LOOKAHEAD:
+            break
+    return head, itertools.chain(head, requests)
 
 
 class Engine:
@@ -155,13 +166,7 @@ class Engine:
         chain) and the arrival source. A list run's window count is checked here, over
         its whole arrival span (a stream's as requests arrive: :meth:`_arrive`)."""
         if not isinstance(requests, list):
-            it = iter(requests)
-            head: list[Request] = []
-            for req in it:  # up to the first request with a key chain (usually the first)
-                head.append(req)
-                if req.keys or len(head) >= KEY_UNIT_LOOKAHEAD:
-                    break
-            return head, itertools.chain(head, it)
+            return stream_head(iter(requests))
         try:
             check_window_s(self.options.window_s, (r.arrival_time for r in requests))
         except ValueError as e:
@@ -209,36 +214,8 @@ class Engine:
     # ------------------------------------------------------------------ loop
     def run(self) -> SimResult:
         t0 = wallclock.perf_counter()
-        # NOTE: Python's cyclic garbage collector is off for a simulated loop: the loop
-        # makes no reference cycles (removed cache nodes drop their links;
-        # test_a_run_leaves_no_reference_cycles checks), so reference counting frees all
-        # it drops (the live cache tree links parents and children: the collector frees
-        # it once the engine is dropped), and the collector's passes over the live cache
-        # and requests cost 14 % of the agentic 100 K replay (benchmarks/RESULTS.md).
-        # A measured run (a runner: torch) keeps it on, with the trace's objects frozen
-        # out of its generations (as SGLang's scheduler freezes its startup objects).
-        # Both are undone after the loop.
-        # NOTE: with the collector off, its allocation count grew with every object the
-        # loop made; re-enabled as it is, the next allocation would start a collection
-        # that traverses every survivor (the live cache), then again in the next two
-        # generations: 0.4 s after an agentic 100 K loop. freeze() + unfreeze() moves
-        # the survivors straight to the oldest generation and zeroes the count, which is
-        # where those collections would have left them, without traversing them.
-        measured = self.runner is not None
-        gc_was_enabled = gc.isenabled()
-        if measured:
-            gc.freeze()
-        else:
-            gc.disable()
-        try:
+        with collector_paused(self.runner is not None):  # sim/gc_pause.py
             nxt = self._loop()
-        finally:
-            if measured:
-                gc.unfreeze()
-            elif gc_was_enabled:
-                gc.freeze()
-                gc.unfreeze()
-                gc.enable()
         partial = self.stop_requested and (bool(self._heap) or nxt is not None)
         return self.result(partial, t0)
 

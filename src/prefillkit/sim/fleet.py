@@ -27,9 +27,7 @@ utilization is the instances' mean (busy seconds over ``M × span``).
 from __future__ import annotations
 
 import contextlib
-import gc
 import heapq
-import itertools
 import math
 import time as wallclock
 from collections.abc import Callable, Iterator, Sequence
@@ -46,9 +44,11 @@ from prefillkit.records.stream_summary import batch_busy
 from prefillkit.request import Request, session_of
 from prefillkit.sched.config import ConfigError
 from prefillkit.sim.closed_loop import SessionGate
-from prefillkit.sim.engine import KEY_UNIT_LOOKAHEAD, Engine, SchedulerFactory
+from prefillkit.sim.counters import merge_counters
+from prefillkit.sim.engine import Engine, SchedulerFactory, stream_head
 from prefillkit.sim.fleet_settings import FleetSettings
 from prefillkit.sim.fleet_stats import FleetLoad, InstanceStats, imbalance, instance_rows
+from prefillkit.sim.gc_pause import collector_paused
 from prefillkit.sim.routers.prefix_index import ExactPrefixIndex
 from prefillkit.sim.routers.router import build_router
 from prefillkit.sim.routers.view import FleetView, RouteRequest
@@ -108,7 +108,7 @@ class Fleet:
             total = len(requests) if total is None else total
             requests = iter(sorted(requests, key=lambda r: r.arrival_time))
         self.total = total
-        head, source = _open(requests)
+        head, source = stream_head(iter(requests))
         first = settings.instances[0]
         self.sessions = SessionGate(source, closed_loop=not first.open_loop)
         deps = [_deployment(i, s, head) for i, s in enumerate(settings.instances)]
@@ -201,15 +201,8 @@ class Fleet:
         """Run the fleet to the end (or a stop request); its result. The cyclic garbage
         collector is off during the loop, as in ``Engine.run``."""
         t0 = wallclock.perf_counter()
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused(measured=False):
             nxt = self._loop()
-        finally:
-            if was_enabled:
-                gc.freeze()
-                gc.unfreeze()
-                gc.enable()
         pending = any(e.next_event_time() < math.inf for e in self.engines) or bool(self._turns)
         partial = self.stop_requested and (pending or nxt is not None)
         return self._result(partial, t0)
@@ -295,11 +288,7 @@ class Fleet:
     def _result(self, partial: bool, t0: float) -> SimResult:
         engines = self.engines
         deps = [e.result(partial, t0).deployment for e in engines]
-        counters: dict[str, Any] = {}
-        for e in engines:
-            for key, value in e.sched.counters().items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    counters[key] = counters.get(key, 0) + value
+        counters = merge_counters(e.sched.counters() for e in engines)
         counters["stuck"] = 0 if partial else sum(e.sched.num_pending() for e in engines)
         self.collector.close(partial, self.now)
         n = len(engines)
@@ -379,14 +368,3 @@ def _deployment(index: int, settings: SimSettings, head: list[Request]) -> Deplo
         return resolve_deployment(settings, head)
     except (SimConfigError, ConfigError) as exc:
         raise SimConfigError(f"instance[{index}]: {exc}") from None
-
-
-def _open(requests: Iterator[Request]) -> tuple[list[Request], Iterator[Request]]:
-    """The stream's head (up to its first key chain: it sizes the deployments) and the
-    whole stream."""
-    head: list[Request] = []
-    for req in requests:
-        head.append(req)
-        if req.keys or len(head) >= KEY_UNIT_LOOKAHEAD:
-            break
-    return head, itertools.chain(head, requests)
