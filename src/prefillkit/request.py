@@ -179,10 +179,13 @@ class ReqState:
         "pending_pages",
         "prefix_len",
         "status",
+        "waiting_passes",
     )
 
     def __init__(self, input_len: int, max_match_units: int) -> None:
         self.status: ReqStatus = ReqStatus.WAITING
+        # Admission passes that ordered it while it waited (the policy zoo's LPM aging).
+        self.waiting_passes: int = 0
         # Tokens to prefill: the prompt, plus the kept output after a retraction or
         # preemption (upstream refills origin_input_ids + output_ids).
         self.input_len: int = input_len

@@ -122,12 +122,67 @@ class Knobs:
         "scheduler",
     )
     schedule_policy: str = _sched(
-        "schedule_policy", "Waiting-queue order: fcfs, lpm, dfs-weight or lof.", "scheduler"
+        "schedule_policy",
+        "Waiting-queue order: fcfs, lpm, dfs-weight, lof, random; the zoo (docs/policies.md): "
+        "residual-sjf, waiting-qos, session-affinity, loadback-aware, cost-aware.",
+        "scheduler",
     )
     lpm_fallback_queue_len: int | None = _sched(
         "lpm_fallback_queue_len",
         "LPM falls back to FCFS when the waiting queue is longer than this (upstream: 128); "
         "-1 or none = never (default: matching is cheap, see benchmarks/RESULTS.md).",
+        "scheduler",
+    )
+    lpm_aging_tokens_per_pass: int = _sched(
+        "lpm_aging_tokens_per_pass",
+        "LPM's aging term (SGLang #31954): key -(matched prefix + N x passes waited); 0 = off.",
+        "scheduler",
+    )
+    residual_sjf_max_wait_s: float = _sched(
+        "residual_sjf_max_wait_s",
+        "residual-sjf (vLLM #51375): requests this old go first, in arrival order.",
+        "scheduler",
+    )
+    waiting_qos_window: int = _sched(
+        "waiting_qos_window",
+        "waiting-qos (vLLM #53277): the first N waiting requests are reordered by cost.",
+        "scheduler",
+    )
+    session_affinity_window: int = _sched(
+        "session_affinity_window",
+        "session-affinity (vLLM #51384): a continuation among the first N may be promoted.",
+        "scheduler",
+    )
+    session_affinity_min_cached_tokens: int = _sched(
+        "session_affinity_min_cached_tokens",
+        "session-affinity: the promoted request's device hit is at least this many tokens.",
+        "scheduler",
+    )
+    session_affinity_max_head_wait_s: float = _sched(
+        "session_affinity_max_head_wait_s",
+        "session-affinity: nothing is promoted once the queue head waited this long.",
+        "scheduler",
+    )
+    session_affinity_ttl_s: float = _sched(
+        "session_affinity_ttl_s",
+        "session-affinity: a session counts as recent this long after it was scheduled.",
+        "scheduler",
+    )
+    loadback_idle_delay_s: float = _sched(
+        "loadback_idle_delay_s",
+        "loadback-aware (SGLang #38358): a load-back-only prefill waits this long after "
+        "decode stops.",
+        "scheduler",
+    )
+    loadback_age_limit_s: float = _sched(
+        "loadback_age_limit_s",
+        "loadback-aware: a request this old is no longer deferred.",
+        "scheduler",
+    )
+    cost_aware_max_wait_s: float = _sched(
+        "cost_aware_max_wait_s",
+        "cost-aware: requests this old go first in arrival order and are never skipped "
+        "(its starvation bound; replaces --schedule-max-wait-s).",
         "scheduler",
     )
     schedule_max_wait_s: float | None = _sched(
@@ -302,6 +357,25 @@ class Knobs:
     affinity_max_age_s: float = _sched(
         "affinity_max_age_s",
         "Cold requests waiting this long (T, seconds) stop the scan instead.",
+        "affinity",
+    )
+
+    affinity_hold: bool = _sched(
+        "affinity_hold",
+        "Affinity variant: warm requests are scanned before cold ones, so a deferred cold "
+        "request leads no batch while warm work waits (until T or K releases it).",
+        "affinity",
+    )
+    affinity_classify: str = _sched(
+        "affinity_classify",
+        "Affinity variant: floor (cold = cached prefix under the warm floor) or cost (cold = "
+        "adds more than --affinity-heavy-ratio x the forward it joins).",
+        "affinity",
+    )
+    affinity_heavy_ratio: float = _sched(
+        "affinity_heavy_ratio",
+        "With --affinity-classify cost: the marginal forward time, as a share of the "
+        "batch's, from which a candidate is cold.",
         "affinity",
     )
 

@@ -53,7 +53,20 @@ class ConfigError(ValueError):
     """An impossible or malformed setting. The message is one line naming the flag/key."""
 
 
-SCHEDULE_POLICIES: tuple[str, ...] = ("fcfs", "lpm", "dfs-weight", "lof", "random")
+SCHEDULE_POLICIES: tuple[str, ...] = (
+    "fcfs",
+    "lpm",
+    "dfs-weight",
+    "lof",
+    "random",
+    # The zoo (sched/policy_orders.py, sched/policy_admit.py; docs/policies.md).
+    "residual-sjf",
+    "waiting-qos",
+    "session-affinity",
+    "loadback-aware",
+    "cost-aware",
+)
+AFFINITY_CLASSIFY: tuple[str, ...] = ("floor", "cost")
 PRIORITY_POLICIES: tuple[str, ...] = ("fcfs", "lof")
 
 _FLOAT_FIELDS: tuple[str, ...] = (
@@ -62,6 +75,13 @@ _FLOAT_FIELDS: tuple[str, ...] = (
     "init_new_token_ratio",
     "min_new_token_ratio_factor",
     "affinity_max_age_s",
+    "affinity_heavy_ratio",
+    "residual_sjf_max_wait_s",
+    "session_affinity_max_head_wait_s",
+    "session_affinity_ttl_s",
+    "loadback_idle_delay_s",
+    "loadback_age_limit_s",
+    "cost_aware_max_wait_s",
 )
 
 
@@ -146,6 +166,21 @@ class SchedulerConfig:
     affinity_skip_window: int = 16
     affinity_max_head_defers: int = 3
     affinity_max_age_s: float = 5.0
+    # S4 variants: hold cold requests while warm ones wait; call "cold" by marginal cost.
+    affinity_hold: bool = False
+    affinity_classify: str = "floor"
+    affinity_heavy_ratio: float = 1.0
+    # The policy zoo's parameters (docs/policies.md cites each).
+    lpm_aging_tokens_per_pass: int = 0
+    residual_sjf_max_wait_s: float = 10.0
+    waiting_qos_window: int = 8
+    session_affinity_window: int = 16
+    session_affinity_min_cached_tokens: int = 256
+    session_affinity_max_head_wait_s: float = 5.0
+    session_affinity_ttl_s: float = 60.0
+    loadback_idle_delay_s: float = 0.03
+    loadback_age_limit_s: float = 5.0
+    cost_aware_max_wait_s: float = 20.0
     # The random policy's generator.
     seed: int = 0
 
@@ -234,8 +269,28 @@ class SchedulerConfig:
         check_non_negative("affinity_max_head_defers", self.affinity_max_head_defers)
         check_non_negative("affinity_max_age_s", self.affinity_max_age_s)
         check_non_negative("seed", self.seed)
+        self._validate_zoo()
         check_choice("schedule_policy", self.schedule_policy, SCHEDULE_POLICIES)
         check_choice("hicache_write_policy", self.hicache_write_policy, WRITE_POLICIES)
+
+    def _validate_zoo(self) -> None:
+        check_choice("affinity_classify", self.affinity_classify, AFFINITY_CLASSIFY)
+        check_positive("affinity_heavy_ratio", self.affinity_heavy_ratio)
+        check_non_negative("lpm_aging_tokens_per_pass", self.lpm_aging_tokens_per_pass)
+        check_positive("waiting_qos_window", self.waiting_qos_window)
+        check_positive("session_affinity_window", self.session_affinity_window)
+        check_non_negative(
+            "session_affinity_min_cached_tokens", self.session_affinity_min_cached_tokens
+        )
+        for name in _FLOAT_FIELDS[6:]:  # NOTE: the zoo's seconds
+            value = getattr(self, name)
+            if not 0.0 <= value < math.inf:
+                fail(name, f"must be >= 0 seconds, got {value}")
+        if self.lpm_aging_tokens_per_pass and self.schedule_policy != "lpm":
+            fail("lpm_aging_tokens_per_pass", "requires --schedule-policy lpm")
+        if (self.affinity_hold or self.affinity_classify != "floor") and not self.enable_affinity:
+            name = "affinity_hold" if self.affinity_hold else "affinity_classify"
+            fail(name, "requires --enable-affinity")
 
     def _validate_combinations(self) -> None:
         page = self.page_size

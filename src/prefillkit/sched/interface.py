@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.config import SchedulerConfig
+from prefillkit.sched.policy_view import ForwardEstimate
 from prefillkit.sched.scheduler import Scheduler
 from prefillkit.sched.step import (
     AdmissionEvent,
@@ -160,6 +161,7 @@ def build_scheduler(
     host_pages: int = 0,
     buffer_ctx: BufferEstimatorContext | None = None,
     reserve_decode: bool = True,
+    forward_estimate: ForwardEstimate | None = None,
 ) -> SchedulerInterface:
     """A scheduler over a KV pool of ``total_pages`` pages (``cfg.page_size`` tokens
     each) whose prefix cache keys ``key_tokens`` tokens a unit (a multiple of the page).
@@ -167,7 +169,10 @@ def build_scheduler(
     ``host_pages``: the HiCache host tier's pages (with ``enable_hierarchical_cache``);
     ``buffer_ctx``: the CP buffer estimator's model context (``cp_shared_kv_prefill_
     max_buffer_size``); ``reserve_decode``: admission reserves decode room for decoding
-    requests (colocated; a pd-prefill engine hands requests off and passes False)."""
+    requests (colocated; a pd-prefill engine hands requests off and passes False);
+    ``forward_estimate``: the marginal-cost service of the policies that use one
+    (seconds of a prefill forward over a list of ``ReqShape``; None: they count tokens,
+    sched/policy_view.py)."""
     return Scheduler(
         cfg,
         total_pages,
@@ -175,4 +180,5 @@ def build_scheduler(
         host_pages=host_pages,
         buffer_ctx=buffer_ctx,
         reserve_decode=reserve_decode,
+        forward_estimate=forward_estimate,
     )

@@ -199,6 +199,9 @@ def _empty_step(st: SchedulerState, reason: CloseReason) -> StepOutput:
     """The step of a pass that admitted nothing. NOTE: immutable, so one object per
     (reason, queue length) serves every empty pass (a decode-only stretch asks for one
     per decode step)."""
+    if st.policy is not None and st.policy.wake_at is not None:
+        n, wake = len(st.waiting), st.policy.wake_at
+        return StepOutput(step_id=0, reqs=(), stop_reason=reason, waiting_len=n, wake_at=wake)
     key = (reason, len(st.waiting))
     empty = st.empty_steps.get(key)
     if empty is None:

@@ -95,7 +95,20 @@ def record_empty_pass(st: SchedulerState, reason: CloseReason) -> None:
 
 
 def pass_order(st: SchedulerState, now: float) -> tuple[Iterable[Request], str]:
-    """The order the pass scans the queue in, and the policy it actually used."""
+    """The order the pass scans the queue in, and the policy it actually used: a zoo
+    policy's (sched/policy_pass.py), or the base policy's, held by S4's hold variant."""
+    rt = st.policy
+    if rt is None or not rt.orders:
+        return base_order(st, now)
+    queue = list(st.waiting)
+    if rt.hold:
+        order, used = base_order(st, now)
+        return rt.order(queue, list(order), used, now, st.max_wait_s, st.affinity_bounds)
+    return rt.order(queue, [], st.cfg.schedule_policy, now, st.max_wait_s, st.affinity_bounds)
+
+
+def base_order(st: SchedulerState, now: float) -> tuple[Iterable[Request], str]:
+    """The order of fcfs, lof, lpm, dfs-weight, random and priority (see pass_order)."""
     cfg = st.cfg
     max_wait = st.max_wait_s
     lpm = st.lpm
@@ -153,6 +166,12 @@ def full_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
             return None
         lead = BatchLead.WARM  # NOTE: a continuation carries its true prefix
     order, policy_used = pass_order(st, now)
+    rt = st.policy
+    zoo = rt is not None and rt.admits
+    zoo_skips = 0
+    if zoo:
+        assert rt is not None
+        rt.begin_pass(len(st.decoding), len(st.waiting), list(adder.can_run_list), now)
     promoted: list[Request] = []
     if st.affinity_promoted:
         promoted = [r for r in st.affinity_promoted if r.state.status is ReqStatus.WAITING]
@@ -200,6 +219,19 @@ def full_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
         match = match_node(req.state.match_node, h)  # type: ignore[arg-type]
         if affinity_on or lead is EMPTY:
             cls = classify(match.device_units * kt, match.host_units * kt, floor)
+        if zoo:
+            assert rt is not None
+            zd, zcls = rt.decide(req, match, now)
+            if zcls is not None:
+                cls = zcls
+            if zd is AffinityDecision.SKIP:
+                zoo_skips += 1
+                if obs is not None:
+                    observe(obs, adder, AdmissionEventKind.SKIP, now, req, None, False, None)
+                continue
+            if zd is AffinityDecision.STOP:
+                closed = CloseReason.POLICY_STOP
+                break
         if affinity_on:
             decision = decide(
                 cls, lead, len(skipped), req.state.affinity_skips, now - req.arrival_time, bounds
@@ -242,6 +274,9 @@ def full_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
                 admitted = bool(can_run) and can_run[-1] is req
         if admitted and lead is EMPTY:
             lead = BatchLead.WARM if cls is ReqClass.WARM else BatchLead.COLD
+        if admitted and zoo:
+            assert rt is not None
+            rt.admitted(req, lead)
         if obs is not None:
             observe(obs, adder, AdmissionEventKind.CANDIDATE, now, req, res.name, admitted, None)
         if res is not CONTINUE:
@@ -260,12 +295,17 @@ def full_pass(st: SchedulerState, now: float) -> PrefillBatch | None:
         st.affinity_promoted[:0] = kept
     if skipped or stops:
         count_affinity(st, skipped, stop_bound)
+    if zoo:
+        st.stats.policy_skips += zoo_skips
+        st.stats.policy_stops += closed is CloseReason.POLICY_STOP
     if not adder.can_run_list:
         record_empty_pass(st, reason)
         return None
     st.last_pass_reason = reason
     batch = launch(st, adder, lead, policy_used, len(skipped), stops, preempted, now)
     batch.stop_bound = stop_bound
+    if rt is not None:
+        rt.launched(batch.reqs, now)
     return batch
 
 

@@ -26,6 +26,7 @@ from prefillkit.request import ReqStatus, Request
 from prefillkit.sched import decode, launch, waiting
 from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.config import SchedulerConfig
+from prefillkit.sched.policy_view import ForwardEstimate
 from prefillkit.sched.prefill_pass import run_pass
 from prefillkit.sched.state import SchedulerState, counters
 from prefillkit.sched.step import AdmissionObserver, StepOutput
@@ -46,10 +47,13 @@ class Scheduler:
         host_pages: int = 0,
         buffer_ctx: BufferEstimatorContext | None = None,
         reserve_decode: bool = True,
+        forward_estimate: ForwardEstimate | None = None,
     ) -> None:
         self.state = SchedulerState(
             cfg, total_pages, key_tokens, host_pages, buffer_ctx, reserve_decode
         )
+        if self.state.policy is not None:
+            self.state.policy.set_estimate(forward_estimate)
 
     # ------------------------------------------------------------------ arrival
     def add_request(self, req: Request) -> str | None:

@@ -27,6 +27,7 @@ from prefillkit.sched.batch import PrefillBatch
 from prefillkit.sched.buffer import BufferEstimatorContext
 from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.lpm_order import LpmOrder
+from prefillkit.sched.policy_pass import PolicyRuntime, runtime_for
 from prefillkit.sched.step import AdmissionObserver, StepOutput
 from prefillkit.sched.verdicts import CloseReason, CpMode
 
@@ -61,6 +62,8 @@ class SchedulerStats:
     preemptions: int = 0
     retractions: int = 0
     rejected: int = 0
+    policy_skips: int = 0
+    policy_stops: int = 0
     empty_passes: dict[str, int] = field(default_factory=dict)
     log_input_tokens: int = 0
     log_hit_tokens: int = 0
@@ -169,10 +172,14 @@ class SchedulerState:
         # Passes skipped because every request slot is taken (prefill_pass.run_pass).
         self.idle_passes_skipped = 0
         self.max_wait_s = wait_bound(cfg, self.affinity_on)
+        # The policy zoo's runtime (sched/policy_pass.py); None: no zoo feature is on.
+        self.policy: PolicyRuntime | None = runtime_for(cfg, self.cache)
         # LPM without priority keeps its order across passes (sched/lpm_order.py).
         self.lpm: LpmOrder | None = (
             LpmOrder(self.cache, aging=self.max_wait_s is not None)
-            if cfg.schedule_policy == "lpm" and not cfg.enable_priority_scheduling
+            if cfg.schedule_policy == "lpm"
+            and not cfg.enable_priority_scheduling
+            and cfg.lpm_aging_tokens_per_pass == 0
             else None
         )
         # The random policy's generator: a run's shuffles are a function of its seed.
@@ -215,4 +222,10 @@ def counters(st: SchedulerState) -> dict[str, Any]:
         "upstream_log_input_tokens": s.log_input_tokens,
         "upstream_log_hit_tokens": s.log_hit_tokens,
         "evicted_pages": st.cache.device_evicted_pages,
+        # The policy zoo's own skips and stops (only when a zoo feature is on).
+        **(
+            {"policy_skips": s.policy_skips, "policy_stops": s.policy_stops}
+            if st.policy is not None
+            else {}
+        ),
     }

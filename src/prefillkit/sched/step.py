@@ -161,6 +161,9 @@ class StepOutput:
     ``dp_rank_sizes``: a step of several DP attention ranks' schedulers run in lockstep
     (``prefillkit.sim.dp_attention``): how many of ``reqs`` each rank contributed, in
     rank order (``reqs`` is their batches one after another); empty for one scheduler.
+    ``wake_at``: a pass that deferred work only until a time (a zoo policy's delay,
+    docs/policies.md) asks to be run again then if nothing else happens first; None: no
+    such request (the next arrival or completion runs the next pass).
     """
 
     step_id: int
@@ -178,6 +181,7 @@ class StepOutput:
     stop_bound: AffinityBound | None = None
     preempted: tuple[str, ...] = ()
     dp_rank_sizes: tuple[int, ...] = ()
+    wake_at: float | None = None
 
     # NOTE: written out so that the compiled build compiles it (see sched/buffer.py
     # ReqShape).
@@ -198,6 +202,7 @@ class StepOutput:
         stop_bound: AffinityBound | None = None,
         preempted: tuple[str, ...] = (),
         dp_rank_sizes: tuple[int, ...] = (),
+        wake_at: float | None = None,
     ) -> None:
         object.__setattr__(self, "step_id", step_id)
         object.__setattr__(self, "reqs", reqs)
@@ -214,6 +219,7 @@ class StepOutput:
         object.__setattr__(self, "stop_bound", stop_bound)
         object.__setattr__(self, "preempted", preempted)
         object.__setattr__(self, "dp_rank_sizes", dp_rank_sizes)
+        object.__setattr__(self, "wake_at", wake_at)
 
     @property
     def empty(self) -> bool:

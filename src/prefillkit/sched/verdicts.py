@@ -41,6 +41,7 @@ class CloseReason(StrEnum):
     CP_MAX_CACHED = "cp_max_cached_tokens"
     CP_MAX_BUFFER = "cp_max_buffer_size"
     AFFINITY_STOP = "affinity_stop"
+    POLICY_STOP = "policy_stop"  # a zoo policy's admission decision (sched/policy_admit.py)
 
 
 def cp_extend_limit(user_limit: int | None, chunk_budget: int | None) -> int | None:

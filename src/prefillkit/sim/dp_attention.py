@@ -258,7 +258,8 @@ class DpAttentionScheduler:
         busy = [(i, part) for i, part in enumerate(parts) if part.reqs]
         if not busy:
             reason = next((p.stop_reason for p in parts if p is not _NO_WORK), _NO_WORK.stop_reason)
-            return StepOutput(0, (), reason, preempted=preempted)
+            wakes = [p.wake_at for p in parts if p.wake_at is not None]
+            return StepOutput(0, (), reason, preempted=preempted, wake_at=min(wakes, default=None))
         self._next_step += 1
         self._in_flight[self._next_step] = busy
         for i, _ in busy:

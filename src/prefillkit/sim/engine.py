@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 #: with another key unit is refused (SimConfigError) when it arrives.
 KEY_UNIT_LOOKAHEAD = 4096
 
-FORWARD_DONE, TRANSFER_DONE, ARRIVAL = 0, 1, 2
+FORWARD_DONE, TRANSFER_DONE, ARRIVAL, WAKE = 0, 1, 2, 3
 
 
 def stream_head(requests: Iterator[Request]) -> tuple[list[Request], Iterator[Request]]:
@@ -205,6 +205,7 @@ class Engine:
             host_pages=self.dep.host_pages,
             buffer_ctx=buffer_ctx,
             reserve_decode=self.colocated,
+            forward_estimate=self.cost.forward_time,
         )
 
     def _push(self, t: float, kind: int, payload: Any) -> None:
@@ -513,6 +514,9 @@ class Engine:
                 if self.fleet is not None:
                     self.fleet.forward(dur)
                 return
+            wake = step.wake_at
+            if wake is not None and wake > self.now:
+                self._push(wake, WAKE, None)  # NOTE: runs the next pass then, if idle
         n_decoding, ctx = sched.decode_load() if self.colocated else (0, 0)
         if n_decoding:
             dur = self.cost.decode_step_time(n_decoding, ctx)
