@@ -61,32 +61,33 @@ def test_loadback_wake_is_the_end_of_the_idle_delay() -> None:
 
 
 @pytest.mark.parametrize(
-    ("b", "c", "want"),
+    ("b", "c", "deadline", "want"),
     [
-        (batch(), view(100_000, 0, 0), A),  # an empty batch: it leads
+        (batch(), view(100_000, 0, 0), 50.0, A),  # an empty batch: it leads
         # n = 1, F = 1.1 s (100 tokens), m = 0.1 s (100 tokens): 0.1 <= 1.1
-        (batch(100), view(200, 100, 0), A),
+        (batch(100), view(200, 100, 0), 50.0, A),
         # n = 4, F = 1.4 s, m = 0.3 s: 1.2 <= 1.4
-        (batch(100, 100, 100, 100), view(400, 100, 0), A),
-        # n = 4, F = 1.4 s, m = 0.4 s: 1.6 > 1.4, young
-        (batch(100, 100, 100, 100), view(500, 100, 0), S),
-        # the same, aged past the bound: it will lead the next batch
-        (batch(100, 100, 100, 100), view(500, 100, 0, age=20.0), T),
+        (batch(100, 100, 100, 100), view(400, 100, 0), 50.0, A),
+        # n = 4, F = 1.4 s, m = 0.4 s: 1.6 > 1.4, before its deadline
+        (batch(100, 100, 100, 100), view(500, 100, 0), 50.0, S),
+        # the same at its deadline: it will lead the next batch
+        (batch(100, 100, 100, 100), view(500, 100, 0), 10.0, T),
         # a heavy candidate behind a heavy lead: n = 1, F = 31 s, m = 30 s
-        (batch(30_000), view(30_000, 0, 0), A),
+        (batch(30_000), view(30_000, 0, 0), 50.0, A),
         # a heavy candidate behind two light ones: n = 2, F = 1.2 s, m = 30 s
-        (batch(100, 100), view(30_000, 0, 0), S),
+        (batch(100, 100), view(30_000, 0, 0), 50.0, S),
     ],
 )
-def test_cost_aware_table(b: BatchView, c: CandidateView, want: object) -> None:
-    assert admit_cost_aware(c, b, SVC, 20.0) is want
+def test_cost_aware_table(b: BatchView, c: CandidateView, deadline: float, want: object) -> None:
+    assert admit_cost_aware(c, b, SVC, deadline, 10.0) is want
 
 
 def test_cost_aware_without_an_estimate_counts_tokens() -> None:
     svc = ServiceCost(None)
     b = BatchView((ReqShape(0, 100),), BatchLead.WARM, 0, svc.forward([ReqShape(0, 100)]))
-    assert admit_cost_aware(view(200, 100, 0), b, svc, 20.0) is A  # 100 <= 2,148
-    assert admit_cost_aware(view(5000, 0, 0), b, svc, 20.0) is S  # 5,000 > 2,148
+    assert admit_cost_aware(view(200, 100, 0), b, svc, 20.0, 0.0) is A  # 100 <= 2,148
+    assert admit_cost_aware(view(5000, 0, 0), b, svc, 20.0, 0.0) is S  # 5,000 > 2,148
+    assert svc.solo_seconds(view(200, 100, 0)) == (100 + 2048) / 8192
 
 
 @pytest.mark.parametrize(

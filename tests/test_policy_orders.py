@@ -12,6 +12,7 @@ from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.policy import order_lof as lof_of_requests
 from prefillkit.sched.policy import order_waiting
 from prefillkit.sched.policy_orders import (
+    cost_aware_deadline,
     order_affinity_hold,
     order_cost_aware,
     order_fcfs,
@@ -107,10 +108,22 @@ def test_loadback_aware_defers_large_loadbacks_until_the_age_limit() -> None:
     assert order_loadback_aware(q, 5.0) == [2, 1, 3, 0]
 
 
-def test_cost_aware_cheapest_first_after_the_aged() -> None:
-    q = [v(0, inp=5000), v(1, inp=100), v(2, inp=9000, age=30.0), v(3, inp=100)]
-    cost = lambda c: float(c.uncached_tokens)  # noqa: E731
-    assert order_cost_aware(q, 20.0, cost) == [2, 1, 3, 0]
+def test_cost_aware_deadline_at_one_hand_computed_point() -> None:
+    c = v(3)  # arrived at 3 s
+    assert cost_aware_deadline(c, 4.0, 2.0, 20.0) == 11.0  # 3 + 2 x 4 s
+    assert cost_aware_deadline(c, 40.0, 2.0, 20.0) == 23.0  # capped: 3 + 20
+    assert cost_aware_deadline(c, 4.0, 0.0, 20.0) == 3.0  # slack 0: FCFS
+
+
+def test_cost_aware_earliest_deadline_first() -> None:
+    # arrivals 0, 1, 2, 3 s; forwards 8, 0.5, 0.5, 6 s alone; slack 2, cap 20 s:
+    # deadlines 16, 2, 3, 15
+    q = [v(0, inp=8), v(1, inp=1), v(2, inp=1), v(3, inp=6)]
+    secs = {0: 8.0, 1: 0.5, 2: 0.5, 3: 6.0}
+    got = order_cost_aware(q, lambda c: cost_aware_deadline(c, secs[c.position], 2.0, 20.0))
+    assert got == [1, 2, 3, 0]
+    fcfs = order_cost_aware(q, lambda c: cost_aware_deadline(c, secs[c.position], 0.0, 20.0))
+    assert fcfs == [0, 1, 2, 3]
 
 
 def test_affinity_hold_table() -> None:

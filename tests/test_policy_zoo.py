@@ -65,13 +65,17 @@ def test_cost_aware_lets_light_requests_ride_and_a_heavy_one_wait() -> None:
     assert rids(s.state.waiting) == ["heavy"]
 
 
-def test_cost_aware_never_skips_an_aged_request() -> None:
+def test_cost_aware_stops_at_a_request_past_its_deadline() -> None:
     s = make_sched(1024, schedule_policy="cost-aware", cost_aware_max_wait_s=2.0)
     s.state.policy.set_estimate(slow_estimate)  # type: ignore[union-attr]
     s.add_request(mk("light", seq(10, 8), 0.0))
     s.add_request(mk("heavy", seq(20, 400), 0.5))
-    step = s.schedule(2.6)  # both aged: arrival order, the heavy one joins
-    assert rids(step.reqs) == ["light", "heavy"] or step.stop_reason is CloseReason.POLICY_STOP
+    # deadlines: light 0 + 2 x 1.08 s = 2.16 s, heavy 0.5 + min(2 x 5 s, 2 s) = 2.5 s
+    step = s.schedule(3.0)  # both past them: light leads, heavy would be skipped: stop
+    assert rids(step.reqs) == ["light"]
+    assert step.stop_reason is CloseReason.POLICY_STOP
+    step = s.schedule(9.0)
+    assert rids(step.reqs) == ["heavy"]
 
 
 def test_session_affinity_stamps_sessions_when_they_launch() -> None:

@@ -35,6 +35,8 @@ def _load() -> ModuleType:
 
 
 zoo = _load()
+import policy_zoo_report as rep  # noqa: E402  (on sys.path once policy_zoo is loaded)
+
 POLICY_NAMES = [p[0] for p in zoo.POLICIES]
 WORKLOAD_NAMES = [w.name for w in zoo.WORKLOADS]
 
@@ -51,7 +53,9 @@ def test_policies_keep_table_order_and_the_baseline() -> None:
 
 
 def test_workloads_keep_their_order() -> None:
-    assert WORKLOAD_NAMES == ["seed", "mooncake", "azure", "agentic-long"]
+    assert WORKLOAD_NAMES == [
+        "seed", "seed-0.0355", "seed-0.034", "mooncake", "azure", "agentic-long"
+    ]  # fmt: skip
     assert [w.name for w in zoo.select_workloads(None)] == WORKLOAD_NAMES
     assert [w.name for w in zoo.select_workloads("agentic-long,seed")] == ["seed", "agentic-long"]
 
@@ -182,7 +186,7 @@ def _results() -> dict[str, Any]:
 
 
 def test_table_rows_cells_and_not_run_rows() -> None:
-    text = zoo.table(_results(), POLICY_NAMES)
+    text = rep.table(_results(), POLICY_NAMES)
     lines = text.splitlines()
     assert lines[0].startswith("| workload | policy | warm p50")
     assert all(line.count("|") == lines[0].count("|") for line in lines)
@@ -195,33 +199,42 @@ def test_table_rows_cells_and_not_run_rows() -> None:
     assert sum(line.startswith("| seed |") for line in lines) == 5
 
 
+def test_matrix_marks_sure_differences_and_the_geometric_mean() -> None:
+    lines = rep.matrix(_results(), ["s4", "fcfs", "cost-aware", "lpm"]).splitlines()
+    assert lines[0] == "| policy | seed | azure | p99 / S4 (geo-mean) |"
+    assert lines[2] == "| s4 | 40.0 | 2.00 | 1.00 |"
+    assert lines[3] == "| fcfs | 50.0 | 2.00 | 1.12 |"  # sqrt(1.25 x 1.0)
+    assert lines[4] == "| cost-aware | 20.0* | 1.90 | 0.69 |"  # sqrt(0.5 x 0.95); CI < 0
+    assert lines[5] == "| lpm | 30.0 | - | 0.75 |"  # azure has no lpm run
+
+
 def test_verdict_lines() -> None:
     res = _results()["workloads"]
-    seed = zoo.verdict("seed", res["seed"]["policies"])
+    seed = rep.verdict("seed", res["seed"]["policies"])
     assert "cost-aware p99 = 20.0 s, S4 = 40.0 s (S4/cost-aware = 2.00×" in seed
     assert "target ≥ 1.5× on seed: met" in seed
     assert "best zoo policy = lpm at 30.0 s" in seed
     assert "cost-aware cold max = 70.0 s vs 2×FCFS cold max + 1 s = 61.0 s (missed)" in seed
     assert seed.endswith("throughput cost-aware / S4 = 0.990")
-    azure = zoo.verdict("azure", res["azure"]["policies"])
+    azure = rep.verdict("azure", res["azure"]["policies"])
     assert "target" not in azure and "(S4/cost-aware = 1.05×)" in azure
     assert "cost-aware cold max = 10.5 s vs 2×FCFS cold max + 1 s = 11.0 s (met)" in azure
     without = {k: v for k, v in res["seed"]["policies"].items() if k != "cost-aware"}
-    assert zoo.verdict("seed", without).startswith("seed: cost-aware not run; S4 p99 = 40.0 s")
+    assert rep.verdict("seed", without).startswith("seed: cost-aware not run; S4 p99 = 40.0 s")
 
 
 def test_starvation_lines() -> None:
     res = _results()["workloads"]
-    seed = zoo.starvation("seed", res["seed"])
+    seed = rep.starvation("seed", res["seed"])
     assert seed.startswith("seed: starvation check (cost-aware): 2/2 finished")
     assert "max TTFT 40.0 s vs 2×FCFS max + 1 s = 201.0 s" in seed and seed.endswith(": ok")
-    azure = zoo.starvation("azure", res["azure"])
+    azure = rep.starvation("azure", res["azure"])
     assert "1/2 finished" in azure and azure.endswith(": STARVATION")
     assert "+11.0 s (L7, cold: 0.50 → 11.5 s)" in azure
 
 
 def test_report_holds_loads_table_verdicts_and_notes() -> None:
-    text = zoo.report(_results(), POLICY_NAMES)
+    text = rep.report(_results(), POLICY_NAMES)
     assert "| seed | 0.03675 sessions/s | 2 (1) | 0.69 | 0.900 |" in text
     assert "- mooncake: skipped: trace x not found" in text
     assert "- residual-sjf: not run: unknown flag '--x'" in text

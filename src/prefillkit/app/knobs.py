@@ -179,10 +179,16 @@ class Knobs:
         "loadback-aware: a request this old is no longer deferred.",
         "scheduler",
     )
+    cost_aware_slack: float = _sched(
+        "cost_aware_slack",
+        "cost-aware: a request's deadline is its arrival plus this many times its own "
+        "forward; earliest deadline first, never skipped past it (0 = FCFS order).",
+        "scheduler",
+    )
     cost_aware_max_wait_s: float = _sched(
         "cost_aware_max_wait_s",
-        "cost-aware: requests this old go first in arrival order and are never skipped "
-        "(its starvation bound; replaces --schedule-max-wait-s).",
+        "cost-aware: a deadline lies at most this long after arrival (its starvation "
+        "bound; replaces --schedule-max-wait-s).",
         "scheduler",
     )
     schedule_max_wait_s: float | None = _sched(

@@ -76,6 +76,7 @@ _FLOAT_FIELDS: tuple[str, ...] = (
     "min_new_token_ratio_factor",
     "affinity_max_age_s",
     "affinity_heavy_ratio",
+    "cost_aware_slack",
     "residual_sjf_max_wait_s",
     "session_affinity_max_head_wait_s",
     "session_affinity_ttl_s",
@@ -180,6 +181,7 @@ class SchedulerConfig:
     session_affinity_ttl_s: float = 60.0
     loadback_idle_delay_s: float = 0.03
     loadback_age_limit_s: float = 5.0
+    cost_aware_slack: float = 2.0
     cost_aware_max_wait_s: float = 20.0
     # The random policy's generator.
     seed: int = 0
@@ -282,7 +284,8 @@ class SchedulerConfig:
         check_non_negative(
             "session_affinity_min_cached_tokens", self.session_affinity_min_cached_tokens
         )
-        for name in _FLOAT_FIELDS[6:]:  # NOTE: the zoo's seconds
+        check_non_negative("cost_aware_slack", self.cost_aware_slack)
+        for name in _FLOAT_FIELDS[7:]:  # NOTE: the zoo's seconds
             value = getattr(self, name)
             if not 0.0 <= value < math.inf:
                 fail(name, f"must be >= 0 seconds, got {value}")

@@ -96,34 +96,47 @@ def reference_forward(service: ServiceCost) -> float:
 
 
 def admit_cost_aware(
-    c: CandidateView, batch: BatchView, service: ServiceCost, max_wait_s: float
+    c: CandidateView,
+    batch: BatchView,
+    service: ServiceCost,
+    deadline: float,
+    now: float,
+    extend_cap: int | None,
 ) -> AffinityDecision:
-    """prefillkit's cost-aware admission: the TTFT the candidate's joining costs against
-    what it saves.
+    """prefillkit's cost-aware admission: the summed TTFT of joining now against
+    deferring, from the marginal-cost service.
 
-    A candidate that joins a batch of ``n`` requests delays each of them by its
-    marginal forward time ``m``: it costs the batch ``n · m`` seconds of TTFT. Not
-    joining costs the candidate itself this forward (it waits for it): ``F``, the
-    batch's forward so far. So it joins iff ``n · m <= F``; light candidates (small
-    ``m``) ride along, a heavy one waits for a batch of its own or of its kind (a heavy
-    candidate behind a heavy lead: ``m ≈ F``, ``n = 1``, it joins). Its work is not
-    saved by waiting; what waiting saves is the batch's ``n`` requests sitting through it.
+    Joining a batch of ``n`` adds the candidate's marginal forward time ``m`` to each of
+    them: ``n · m``. Deferring it does not save that work, it moves it: the candidate
+    waits for a later forward (its own TTFT grows by what that forward costs beyond
+    ``m``; at best, leading it, the fixed part ``solo - m``), and the ``k`` requests
+    that ride with it there pay ``m`` each. So deferring pays only when its later batch
+    has fewer riders than this one: join iff ``n · m <= (solo - m) + k · m``.
 
-    ========== ==================== ===========================================
-    batch      candidate            decision
-    ========== ==================== ===========================================
-    empty      any                  ADMIT (it leads)
-    n >= 1     n · m <= F           ADMIT
-    n >= 1     n · m > F, young     SKIP
-    n >= 1     n · m > F, aged      STOP (aged: waited ``max_wait_s``; it leads
-                                    the next batch, never skipped again)
-    ========== ==================== ===========================================
+    ``k`` is what the batch limits leave: a candidate that extends ``x`` of the batch's
+    ``extend_cap`` tokens leaves room for ``1 - x / cap`` of a batch of riders, so
+    ``k = n · max(0, 1 - x / cap)``. A light candidate (``x`` small) always joins; a
+    heavy one (``x`` near the cap, e.g. a 48 K cold prompt under a 64 K CP extend
+    limit) behind light ones waits for a batch of its own, the cold-joiner case. With no
+    extend cap ``k = n`` and nothing is deferred.
 
-    Without a forward estimate ``m`` and ``F`` are token counts (``ServiceCost``).
+    ============================ ==================================== ========
+    batch                        candidate                            decision
+    ============================ ==================================== ========
+    empty                        any                                  ADMIT
+    n >= 1                       past its deadline                    ADMIT
+    n >= 1                       n · m <= (solo - m) + k · m          ADMIT
+    n >= 1                       otherwise                            SKIP
+    ============================ ==================================== ========
+
+    ``deadline``: ``policy_orders.cost_aware_deadline`` (a request past it is no longer
+    deferred). Without a forward estimate ``m`` and ``solo`` are token counts.
     """
     n = batch.size
-    if n == 0:
+    if n == 0 or now >= deadline:
         return ADMIT
-    if n * service.marginal(batch, c) <= batch.forward_s:
+    m = service.marginal(batch, c)
+    room = 1.0 if extend_cap is None else max(0.0, 1.0 - c.uncached_tokens / extend_cap)
+    if n * m <= (service.solo(c) - m) + n * room * m:
         return ADMIT
-    return STOP if c.age_s >= max_wait_s else SKIP
+    return SKIP

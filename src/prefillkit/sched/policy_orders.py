@@ -169,17 +169,26 @@ def order_loadback_aware(views: Sequence[CandidateView], age_limit_s: float) -> 
     return [v.position for v in aged] + light + heavy
 
 
+def cost_aware_deadline(v: CandidateView, seconds: float, slack: float, cap_s: float) -> float:
+    """When ``v`` stops being overtaken: its arrival plus ``slack`` times the forward it
+    would cost alone (``seconds``), at most ``cap_s`` after its arrival."""
+    return v.arrival_time + min(slack * seconds, cap_s)
+
+
 def order_cost_aware(
-    views: Sequence[CandidateView], max_wait_s: float, cost: Callable[[CandidateView], float]
+    views: Sequence[CandidateView], deadline: Callable[[CandidateView], float]
 ) -> list[int]:
-    """prefillkit's cost-aware order: requests that waited ``max_wait_s`` first, in
-    arrival order (the starvation bound); the rest by the forward they would cost alone
-    (``cost``, the marginal-cost service), cheapest first, ties by arrival. Shortest
-    processing time first minimises the summed waiting of a single server's queue; the
-    bound caps what it costs the long requests."""
-    aged, rest = split_by_age(views, max_wait_s)
-    rest.sort(key=cost)
-    return [v.position for v in aged] + [v.position for v in rest]
+    """prefillkit's cost-aware order: earliest deadline first, with a request's deadline
+    its arrival plus a multiple of its own forward time (:func:`cost_aware_deadline`).
+
+    A request that costs ``s`` seconds alone is overtaken only by requests that arrived
+    less than ``slack · (s - s')`` after it and cost ``s' < s``: light requests pass a
+    heavy one that arrived shortly before them, nothing passes a request long after its
+    arrival. ``slack = 0`` is FCFS; a large slack is shortest-forward-first. The bound on
+    what overtaking costs a request scales with its own forward (capped), so a workload
+    whose requests all take 0.3 s is reordered within a second and one whose cold
+    prompts take 8 s within tens of seconds; ties keep arrival order."""
+    return [v.position for v in sorted(views, key=deadline)]
 
 
 def order_affinity_hold(

@@ -33,6 +33,7 @@ from prefillkit.sched.policy_admit import (
     loadback_wake,
 )
 from prefillkit.sched.policy_orders import (
+    cost_aware_deadline,
     order_affinity_hold,
     order_cost_aware,
     order_loadback_aware,
@@ -93,6 +94,10 @@ class PolicyRuntime:
         self.by_cost = cfg.enable_affinity and cfg.affinity_classify == "cost"
         self.hold = cfg.enable_affinity and cfg.affinity_hold
         self.admits = self.policy in ADMITTING or self.by_cost
+        # The batch's extend cap (cost-aware's room for riders): the CP extend limit and
+        # the chunk, and the legacy input budget.
+        cap = cfg.cp_extend_cap if cfg.enable_cp_shared_kv_prefill_bs_gt1 else None
+        self.cap = cfg.max_prefill_tokens if cap is None else min(cap, cfg.max_prefill_tokens)
         self.orders = (
             self.policy in ZOO_POLICIES
             or self.hold
@@ -181,7 +186,13 @@ class PolicyRuntime:
             )
         if p == "loadback-aware":
             return order_loadback_aware(views, cfg.loadback_age_limit_s)
-        return order_cost_aware(views, cfg.cost_aware_max_wait_s, solo)
+        return order_cost_aware(views, self.deadline)
+
+    def deadline(self, v: CandidateView) -> float:
+        """cost-aware's deadline of ``v`` (policy_orders.cost_aware_deadline)."""
+        cfg = self.cfg
+        s = self.service.solo_seconds(v)
+        return cost_aware_deadline(v, s, cfg.cost_aware_slack, cfg.cost_aware_max_wait_s)
 
     def _lpm_views(self, rest: list[Request], now: float) -> list[CandidateView]:
         """LPM's views, after counting this pass for every request it orders (SGLang
@@ -254,7 +265,8 @@ class PolicyRuntime:
         decision = AffinityDecision.ADMIT
         cfg = self.cfg
         if self.policy == "cost-aware":
-            decision = admit_cost_aware(c, self.batch, self.service, cfg.cost_aware_max_wait_s)
+            deadline = self.deadline(c)
+            decision = admit_cost_aware(c, self.batch, self.service, deadline, now, self.cap)
         elif self.policy == "loadback-aware":
             p = self.pass_view
             decision = admit_loadback_aware(

@@ -29,6 +29,7 @@ from prefillkit.sched.buffer import ReqShape
 
 __all__ = [
     "FALLBACK_FORWARD_TOKENS",
+    "FALLBACK_TOKENS_PER_S",
     "BatchView",
     "CandidateView",
     "ForwardEstimate",
@@ -46,6 +47,13 @@ ForwardEstimate = Callable[[Sequence[ReqShape]], float]
 #: long as 2-4 K computed tokens add to a large one (tests/test_policy_view.py pins the
 #: unit, not this figure: it only ranks candidates against each other).
 FALLBACK_FORWARD_TOKENS = 2048
+
+#: Without a forward estimate, a token count is turned into seconds at this rate where a
+#: policy needs seconds (cost-aware's deadlines). ASSUMPTION: 8,192 tokens a second, the
+#: order of one 8-GPU node's prefill of a large model (the seed deployment's roofline
+#: gives 7-40 K tokens/s from cold to cached prompts); a policy without an estimate is
+#: the degraded mode (docs/policies.md).
+FALLBACK_TOKENS_PER_S = 8192.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +165,12 @@ class ServiceCost:
                 self.memo.clear()
             got = self.memo[key] = self.forward((c.shape(),))
         return got
+
+    def solo_seconds(self, c: CandidateView) -> float:
+        """:meth:`solo` in seconds (token units converted at
+        :data:`FALLBACK_TOKENS_PER_S` without an estimate)."""
+        got = self.solo(c)
+        return got if self.estimate is not None else got / FALLBACK_TOKENS_PER_S
 
     def marginal(self, batch: BatchView, c: CandidateView) -> float:
         if not batch.shapes:
