@@ -298,6 +298,7 @@ METRICS = (
     "queueing_max_s",
     "executor_utilization",
     "cache_hit_rate",
+    "host_hit_rate",
     "requests",
     "completed",
     "warm_requests",
@@ -309,12 +310,31 @@ PAIRED = ("p99_diff_s", "p99_diff_lo_s", "p99_diff_hi_s")
 
 
 def policy_row(run: Path, variant: Mapping[str, Any]) -> dict[str, Any]:
-    """One policy's numbers: its summary.json metrics and compare.json's paired CI."""
+    """One policy's numbers: its summary.json metrics, compare.json's paired CI and what
+    its batches say (:func:`batch_facts`)."""
     metrics = json.loads((run / variant["dir"] / "summary.json").read_text())["metrics"]
     row = {k: metrics.get(k) for k in METRICS}
     paired = variant.get("paired") or {}
     row.update({k: paired.get(k) for k in PAIRED})
+    row.update(batch_facts(run / variant["dir"] / "batches.csv"))
     return row
+
+
+def batch_facts(path: Path) -> dict[str, Any]:
+    """batches.csv: how many forwards, their mean size and the share a full KV pool
+    closed (``closed_by`` memory: the next request did not fit)."""
+    sizes, memory = 0, 0
+    n = 0
+    with path.open(newline="") as f:
+        for b in csv.DictReader(f):
+            n += 1
+            sizes += int(b["size"])
+            memory += b["closed_by"] == "memory"
+    return {
+        "batches": n,
+        "mean_batch_size": sizes / n if n else None,
+        "memory_closed_share": memory / n if n else None,
+    }
 
 
 def read_ttfts(path: Path) -> dict[str, tuple[float | None, str]]:
@@ -376,6 +396,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--jobs", type=int, help="variants run at once (compare's --jobs)")
     ap.add_argument("--quick", action="store_true", help="shortened workloads (a smoke test)")
     ap.add_argument(
+        "--report-only",
+        action="store_true",
+        help="read the runs already in --out instead of running them again",
+    )
+    ap.add_argument(
         "--plot",
         help="plot file [default: docs/policy_zoo.png; with --quick, DIR/policy_zoo.png]",
     )
@@ -396,9 +421,13 @@ def run_workload(
 ) -> tuple[dict[str, Any] | None, str | None]:
     """One workload's compare and its results, or ``(None, why it failed)``."""
     start = time.monotonic()
-    failed = run_compare(compare_argv(workload, policies, out, quick=args.quick, jobs=args.jobs))
-    if failed is not None:
-        return None, f"compare failed ({failed})"
+    if not args.report_only:
+        argv = compare_argv(workload, policies, out, quick=args.quick, jobs=args.jobs)
+        failed = run_compare(argv)
+        if failed is not None:
+            return None, f"compare failed ({failed})"
+    elif not (out / "compare.json").is_file():
+        return None, f"--report-only: no {out / 'compare.json'}"
     res = collect(out, [p[0] for p in policies])
     res["wall_s"] = round(time.monotonic() - start, 1)
     print(f"{PROG}: {workload.name}: done in {res['wall_s']:.0f} s", file=sys.stderr)

@@ -178,6 +178,28 @@ def matrix(results: Mapping[str, Any], order: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def batches_matrix(results: Mapping[str, Any], order: Sequence[str]) -> str:
+    """What the batches say, per policy and workload: the share of forwards a full KV
+    pool closed, the mean batch size and the host-hit share of the cache hits."""
+    names = list(results["workloads"])
+    lines = [
+        "| policy (closed by memory / mean bs / host-hit share) | " + " | ".join(names) + " |",
+        "| --- |" + " ---: |" * len(names),
+    ]
+    for policy in order:
+        cells = []
+        for w in names:
+            row = results["workloads"][w]["policies"].get(policy)
+            mem = None if row is None else row.get("memory_closed_share")
+            if row is None or mem is None:
+                cells.append("-")
+                continue
+            bs, host = row.get("mean_batch_size") or 0.0, row.get("host_hit_rate") or 0.0
+            cells.append(f"{100 * mem:.0f} % / {bs:.2f} / {100 * host:.0f} %")
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def report(results: Mapping[str, Any], order: Sequence[str]) -> str:
     """The whole Markdown output: loads, table, verdicts, starvation checks, notes."""
     lines = [
@@ -193,6 +215,7 @@ def report(results: Mapping[str, Any], order: Sequence[str]) -> str:
             f"{'-' if util is None else f'{util:.2f}'} | {'-' if hit is None else f'{hit:.3f}'} |"
         )
     lines += ["", matrix(results, order), "", table(results, order), ""]
+    lines += [batches_matrix(results, order), ""]
     for name, res in results["workloads"].items():
         lines.append(f"- {verdict(name, res['policies'])}")
     for name, res in results["workloads"].items():

@@ -61,32 +61,38 @@ def test_loadback_wake_is_the_end_of_the_idle_delay() -> None:
 
 
 @pytest.mark.parametrize(
-    ("b", "c", "deadline", "want"),
+    ("b", "c", "cap", "deadline", "want"),
     [
-        (batch(), view(100_000, 0, 0), 50.0, A),  # an empty batch: it leads
-        # n = 1, F = 1.1 s (100 tokens), m = 0.1 s (100 tokens): 0.1 <= 1.1
-        (batch(100), view(200, 100, 0), 50.0, A),
-        # n = 4, F = 1.4 s, m = 0.3 s: 1.2 <= 1.4
-        (batch(100, 100, 100, 100), view(400, 100, 0), 50.0, A),
-        # n = 4, F = 1.4 s, m = 0.4 s: 1.6 > 1.4, before its deadline
-        (batch(100, 100, 100, 100), view(500, 100, 0), 50.0, S),
-        # the same at its deadline: it will lead the next batch
-        (batch(100, 100, 100, 100), view(500, 100, 0), 10.0, T),
-        # a heavy candidate behind a heavy lead: n = 1, F = 31 s, m = 30 s
-        (batch(30_000), view(30_000, 0, 0), 50.0, A),
-        # a heavy candidate behind two light ones: n = 2, F = 1.2 s, m = 30 s
-        (batch(100, 100), view(30_000, 0, 0), 50.0, S),
+        (batch(), view(100_000, 0, 0), 1000, 50.0, A),  # an empty batch: it leads
+        # n = 1, m = 0.1 s, solo - m = 1 s, room 0.9: 0.1 <= 1.09
+        (batch(100), view(200, 100, 0), 1000, 50.0, A),
+        # a heavy one behind one light: 0.9 <= 1 + 0.1 x 0.9 (deferring saves too little)
+        (batch(100), view(1000, 100, 0), 1000, 50.0, A),
+        # behind two: 1.8 > 1 + 2 x 0.1 x 0.9 = 1.18: it waits for a batch of its own
+        (batch(100, 100), view(1000, 100, 0), 1000, 50.0, S),
+        # the same past its deadline: it joins
+        (batch(100, 100), view(1000, 100, 0), 1000, 10.0, A),
+        # the same with no extend cap: its later batch has as many riders (k = n): joins
+        (batch(100, 100), view(1000, 100, 0), None, 50.0, A),
+        # behind four: a medium one at the balance joins (2.0 <= 1 + 4 x 0.5 x 0.5) ...
+        (batch(100, 100, 100, 100), view(600, 100, 0), 1000, 50.0, A),
+        # ... a slightly larger one waits (2.4 > 1 + 4 x 0.4 x 0.6 = 1.96)
+        (batch(100, 100, 100, 100), view(700, 100, 0), 1000, 50.0, S),
     ],
 )
-def test_cost_aware_table(b: BatchView, c: CandidateView, deadline: float, want: object) -> None:
-    assert admit_cost_aware(c, b, SVC, deadline, 10.0) is want
+def test_cost_aware_table(
+    b: BatchView, c: CandidateView, cap: int | None, deadline: float, want: object
+) -> None:
+    assert admit_cost_aware(c, b, SVC, deadline, 10.0, cap) is want
 
 
 def test_cost_aware_without_an_estimate_counts_tokens() -> None:
     svc = ServiceCost(None)
     b = BatchView((ReqShape(0, 100),), BatchLead.WARM, 0, svc.forward([ReqShape(0, 100)]))
-    assert admit_cost_aware(view(200, 100, 0), b, svc, 20.0, 0.0) is A  # 100 <= 2,148
-    assert admit_cost_aware(view(5000, 0, 0), b, svc, 20.0, 0.0) is S  # 5,000 > 2,148
+    # m = 100 tokens <= 2,048 (the fixed part) + ...: joins
+    assert admit_cost_aware(view(200, 100, 0), b, svc, 20.0, 0.0, 8192) is A
+    # m = 5,000 > 2,048 + (1 - 5,000 / 8,192) x 5,000 = 3,996: waits
+    assert admit_cost_aware(view(5000, 0, 0), b, svc, 20.0, 0.0, 8192) is S
     assert svc.solo_seconds(view(200, 100, 0)) == (100 + 2048) / 8192
 
 

@@ -10,7 +10,6 @@ import pytest
 
 from prefillkit.sched.buffer import ReqShape
 from prefillkit.sched.scheduler import Scheduler
-from prefillkit.sched.verdicts import CloseReason
 from test_cli import assert_one_line_error, run_cli
 from test_scheduler import make_sched, mk, rids, seq, warm_cache
 
@@ -54,28 +53,39 @@ def slow_estimate(shapes: Sequence[ReqShape]) -> float:
 
 
 def test_cost_aware_lets_light_requests_ride_and_a_heavy_one_wait() -> None:
-    s = make_sched(1024, schedule_policy="cost-aware")
+    s = make_sched(1024, schedule_policy="cost-aware", max_prefill_tokens=500)
     s.state.policy.set_estimate(slow_estimate)  # type: ignore[union-attr]
     for i in range(3):
         s.add_request(mk(f"light{i}", seq(10 + i, 8), 0.1 * i))
     s.add_request(mk("heavy", seq(20, 400), 0.05))
     step = s.schedule(1.0)
-    # cheapest first; the heavy one (4 s marginal on a 3-request batch of 1.2 s) waits
+    # earliest deadline first; the heavy one (m = 4 s, solo 5 s, 400 of the 500-token
+    # budget: room 0.2) behind three light ones: 12 s > 1 + 3 x 0.2 x 4 s: it waits
     assert rids(step.reqs) == ["light0", "light1", "light2"]
     assert rids(s.state.waiting) == ["heavy"]
 
 
-def test_cost_aware_stops_at_a_request_past_its_deadline() -> None:
-    s = make_sched(1024, schedule_policy="cost-aware", cost_aware_max_wait_s=2.0)
+def test_cost_aware_defers_a_heavy_request_until_its_deadline() -> None:
+    s = make_sched(1024, schedule_policy="cost-aware", cost_aware_max_wait_s=2.0,
+                   max_prefill_tokens=500)  # fmt: skip
     s.state.policy.set_estimate(slow_estimate)  # type: ignore[union-attr]
     s.add_request(mk("light", seq(10, 8), 0.0))
     s.add_request(mk("heavy", seq(20, 400), 0.5))
-    # deadlines: light 0 + 2 x 1.08 s = 2.16 s, heavy 0.5 + min(2 x 5 s, 2 s) = 2.5 s
-    step = s.schedule(3.0)  # both past them: light leads, heavy would be skipped: stop
-    assert rids(step.reqs) == ["light"]
-    assert step.stop_reason is CloseReason.POLICY_STOP
-    step = s.schedule(9.0)
-    assert rids(step.reqs) == ["heavy"]
+    # deadlines: light 0 + 2 x 1.08 s = 2.16 s, heavy 0.5 + min(2 x 5 s, 2 s) = 2.5 s;
+    # behind light, heavy waits: 4 s > 1 s + 1 x 0.2 x 4 s
+    step = s.schedule(1.0)
+    assert rids(step.reqs) == ["light"] and rids(s.state.waiting) == ["heavy"]
+    assert s.counters()["policy_skips"] == 1
+
+
+def test_cost_aware_admits_a_request_past_its_deadline() -> None:
+    s = make_sched(1024, schedule_policy="cost-aware", cost_aware_max_wait_s=2.0,
+                   max_prefill_tokens=500)  # fmt: skip
+    s.state.policy.set_estimate(slow_estimate)  # type: ignore[union-attr]
+    s.add_request(mk("light", seq(10, 8), 0.0))
+    s.add_request(mk("heavy", seq(20, 400), 0.5))
+    step = s.schedule(3.0)  # both past their deadlines
+    assert rids(step.reqs) == ["light", "heavy"]
 
 
 def test_session_affinity_stamps_sessions_when_they_launch() -> None:
@@ -136,3 +146,23 @@ def test_every_zoo_policy_runs_end_to_end_and_deterministically(
     assert "policy_skips" in doc["metrics"]
     for name in ("requests.csv", "batches.csv"):
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("kw", "flag"),
+    [
+        ({"schedule_policy": "cost-aware"}, "--schedule-policy cost-aware"),
+        ({"schedule_policy": "lpm", "lpm_aging_tokens_per_pass": 8}, "--lpm-aging-tokens-per-pass"),
+        ({"enable_affinity": True, "affinity_hold": True}, "--affinity-hold"),
+        ({"enable_affinity": True, "affinity_classify": "cost"}, "--affinity-classify cost"),
+    ],
+)
+def test_sglang_scheduler_refuses_the_zoo_in_one_line(kw: dict[str, object], flag: str) -> None:
+    from prefillkit.app.settings import Config
+    from prefillkit.integrations.sglang.replay_limits import refusal
+
+    settings = Config(mode="pd-prefill", **kw).sim_settings()  # type: ignore[arg-type]
+    line = refusal(settings, "sglang")
+    assert line is not None and line.startswith(flag) and "docs/policies.md" in line
+    plain = Config(mode="pd-prefill", schedule_policy="lpm").sim_settings()
+    assert refusal(plain, "sglang") is None

@@ -116,6 +116,10 @@ def _write_run(root: Path, name: str, p99: float, ttfts: dict[str, float]) -> No
         w.writerow(["rid", "ttft_s", "cache_class"])
         for rid, t in ttfts.items():
             w.writerow([rid, t, "cold" if rid == "b" else "warm"])
+    with (root / name / "batches.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["batch_id", "size", "closed_by"])
+        w.writerows([[0, 3, "memory"], [1, 1, "queue_empty"]])
 
 
 def test_collect_reads_summaries_pairs_and_the_worst_increase(tmp_path: Path) -> None:
@@ -134,6 +138,8 @@ def test_collect_reads_summaries_pairs_and_the_worst_increase(tmp_path: Path) ->
     assert list(rows) == ["s4", "fcfs", "cost-aware"]
     assert rows["cost-aware"]["p99_ratio_vs_fcfs"] == pytest.approx(0.25)
     assert rows["s4"]["p99_diff_s"] is None and rows["cost-aware"]["p99_diff_lo_s"] == -3.0
+    assert (rows["s4"]["batches"], rows["s4"]["mean_batch_size"]) == (2, 2.0)
+    assert rows["s4"]["memory_closed_share"] == 0.5
     assert res["worst_increase"] == {
         "rid": "b",
         "cache_class": "cold",
@@ -206,6 +212,16 @@ def test_matrix_marks_sure_differences_and_the_geometric_mean() -> None:
     assert lines[3] == "| fcfs | 50.0 | 2.00 | 1.12 |"  # sqrt(1.25 x 1.0)
     assert lines[4] == "| cost-aware | 20.0* | 1.90 | 0.69 |"  # sqrt(0.5 x 0.95); CI < 0
     assert lines[5] == "| lpm | 30.0 | - | 0.75 |"  # azure has no lpm run
+
+
+def test_batches_matrix_cells() -> None:
+    res = _results()
+    res["workloads"]["seed"]["policies"]["s4"].update(
+        memory_closed_share=0.25, mean_batch_size=1.5, host_hit_rate=0.3
+    )
+    lines = rep.batches_matrix(res, ["s4", "fcfs"]).splitlines()
+    assert lines[2] == "| s4 | 25 % / 1.50 / 30 % | - |"
+    assert lines[3] == "| fcfs | - | - |"
 
 
 def test_verdict_lines() -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 
 from prefillkit.cost.deployment import SimSettings
+from prefillkit.sched.policy_pass import ZOO_POLICIES
 
 __all__ = [
     "DEMO_HINT",
@@ -69,6 +70,13 @@ def refusal(settings: SimSettings, scheduler: str) -> str | None:
             f"--enable-hierarchical-cache: --scheduler {scheduler} has no host KV tier "
             f"(HiCache); {DEMO_HINT}"
         )
+    zoo = policy_zoo_setting(settings)
+    if zoo is not None:
+        return (
+            f"{zoo}: a prefillkit policy (docs/policies.md) that --scheduler {scheduler} "
+            "cannot run (SGLang's admission orders by its own policies: fcfs, lpm, "
+            "dfs-weight, lof, random)"
+        )
     if cfg.enable_ignore_eos_admission:
         return (
             f"--enable-ignore-eos-admission: a prefillkit extension that --scheduler "
@@ -81,6 +89,20 @@ def refusal(settings: SimSettings, scheduler: str) -> str | None:
             f"--clip-max-new-tokens {cfg.clip_max_new_tokens}: SGLang clips at {clip} "
             f"({SGLANG_CLIP_ENV}); give the same value to --scheduler {scheduler}"
         )
+    return None
+
+
+def policy_zoo_setting(settings: SimSettings) -> str | None:
+    """The flag of a policy-zoo setting in ``settings`` (docs/policies.md), or None."""
+    cfg = settings.scheduler
+    if cfg.schedule_policy in ZOO_POLICIES:
+        return f"--schedule-policy {cfg.schedule_policy}"
+    if cfg.lpm_aging_tokens_per_pass:
+        return "--lpm-aging-tokens-per-pass"
+    if cfg.enable_affinity and cfg.affinity_hold:
+        return "--affinity-hold"
+    if cfg.enable_affinity and cfg.affinity_classify != "floor":
+        return f"--affinity-classify {cfg.affinity_classify}"
     return None
 
 
