@@ -405,6 +405,12 @@ class Knobs:
     mode: str = _knob(
         "pd-prefill", "pd-prefill (prefill instance of a PD pair) or colocated.", "deployment"
     )
+    engine_style: str = _knob(
+        "sglang",
+        "How the engine runs steps: sglang (prefill batches alone, decode between them) or "
+        "vllm (every prefill forward carries the decode tokens; colocated; docs/vllm.md).",
+        "deployment",
+    )
     ep_size: int = _knob(
         1,
         "Expert-parallel degree of the MoE layers: 1 (MoE tensor-parallel over --tp-size) "

@@ -44,6 +44,9 @@ __all__ = [
 ]
 
 MODES: tuple[str, ...] = ("pd-prefill", "colocated")
+#: How the engine runs steps (sim/vllm_style.py): ``sglang`` (prefill batches alone,
+#: decode between them) or ``vllm`` (every prefill forward carries the decode tokens).
+ENGINE_STYLES: tuple[str, ...] = ("sglang", "vllm")
 #: ``--cost-model``: the roofline (prefillkit.cost.roofline) or AIConfigurator's measured
 #: kernel tables (prefillkit.cost.aic, the ``aic`` extra).
 COST_MODELS: tuple[str, ...] = ("roofline", "aic")
@@ -104,6 +107,9 @@ class SimSettings:
     # Agent sessions (sim/closed_loop.py): open-loop sends every turn at its trace time;
     # the answer rate times a turn's answer from its first token (None: see engine.py).
     open_loop: bool = False
+    # How the engine runs steps: sglang (prefill batches alone) or vllm (decode tokens in
+    # every prefill forward; sim/vllm_style.py).
+    engine_style: str = "sglang"
     session_decode_tokens_per_s: float | None = None
     debug_check_invariants: bool = False
 
@@ -128,6 +134,7 @@ class SimSettings:
         check_choice("mode", self.mode, MODES)
         check_choice("cost_model", self.cost_model, COST_MODELS)
         check_choice("small_gemm", self.small_gemm, SMALL_GEMM_MODELS)
+        self._validate_engine_style()
         if not self.gpu:
             fail("gpu", "must not be empty")
         if (
@@ -143,6 +150,23 @@ class SimSettings:
         if self.tp_size % self.cp_size:
             fail("cp_size", f"{self.cp_size} must divide --tp-size {self.tp_size}")
         self._validate_dp()
+
+    def _validate_engine_style(self) -> None:
+        """vLLM's engine style mixes decode into prefill forwards: a colocated instance
+        without SGLang-only features (CP shared-KV prefill, HiCache, DP attention)."""
+        check_choice("engine_style", self.engine_style, ENGINE_STYLES)
+        if self.engine_style != "vllm":
+            return
+        if self.mode != "colocated":
+            fail("engine_style", "vllm runs decode in the prefill forwards: needs --mode colocated")
+        sched = self.scheduler
+        for name, on in (
+            ("--cp-size", sched.cp_size > 1),
+            ("--enable-hierarchical-cache", sched.enable_hierarchical_cache),
+            ("--enable-dp-attention", self.enable_dp_attention),
+        ):
+            if on:
+                fail("engine_style", f"vllm: not with {name} (an SGLang feature)")
 
     def _validate_dp(self) -> None:
         """DP attention as SGLang 0.5.23 accepts it (``arg_groups/parallel_hook.py``:

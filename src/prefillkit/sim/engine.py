@@ -52,6 +52,7 @@ from prefillkit.sim.dp_attention import build_dp_scheduler, lockstep_breakdown
 from prefillkit.sim.gc_pause import collector_paused
 from prefillkit.sim.seams import FleetMember, SchedulerFactory, StepRunner
 from prefillkit.sim.sizing import Deployment, SimConfigError, resolve_deployment
+from prefillkit.sim.vllm_style import decode_shapes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -119,6 +120,10 @@ class Engine:
         self.dep = deployment or resolve_deployment(cfg, head)
         self.cost: CostModel = cost or cost_model_for_config(cfg, self.dep.num_gpus)
         self.colocated = cfg.mode == "colocated"
+        # vLLM's engine style (sim/vllm_style.py): prefill forwards carry the decode
+        # tokens; the ids of the steps that did (their decode advances when they finish).
+        self._vllm_style = cfg.engine_style == "vllm"
+        self._mixed_steps: set[int] = set()
         # NOTE: the loop drives the scheduler through its typed interface only
         # (tests/test_interface.py checks it); ``scheduler_factory`` builds another
         # implementation of it (replay --scheduler sglang), else prefillkit's own.
@@ -417,20 +422,27 @@ class Engine:
     def _handle(self, kind: int, payload: Any) -> None:
         if kind == FORWARD_DONE:
             self.busy = False
-            if payload is not None:
-                self._prefill_done(payload)
+            if payload is None:
+                self._decode_done()
             else:
-                finished, retracted = self.sched.decode_step(self.now)
-                for req in finished:
-                    self._retire(req)
-                    if self._answer_at_finish:
-                        self._answered(req, self.now)
-                self._rejected_on_requeue(retracted)
+                if self._mixed_steps and payload.step_id in self._mixed_steps:
+                    self._mixed_steps.discard(payload.step_id)
+                    self._decode_done()  # NOTE: before the prefill's requests start decode
+                self._prefill_done(payload)
         elif kind == TRANSFER_DONE:
             self.sched.finish(payload, self.now)
             self._retire(payload)
         elif kind == ARRIVAL:
             self._arrive(payload)
+
+    def _decode_done(self) -> None:
+        """A decode step (or a vLLM-style forward's decode tokens) finished."""
+        finished, retracted = self.sched.decode_step(self.now)
+        for req in finished:
+            self._retire(req)
+            if self._answer_at_finish:
+                self._answered(req, self.now)
+        self._rejected_on_requeue(retracted)
 
     # ------------------------------------------------------------------ sessions
     def _in_arrival_order(self) -> list[Request]:
@@ -493,6 +505,11 @@ class Engine:
                     shapes = [
                         ReqShape(s.prefix_len, s.extend_len, s.loaded_tokens) for s in step.reqs
                     ]
+                    if self._vllm_style and self.colocated:
+                        riders = decode_shapes(*sched.decode_load())
+                        if riders:
+                            shapes += riders
+                            self._mixed_steps.add(step.step_id)
                     if step.dp_rank_sizes:  # DP attention: one lockstep forward of the ranks
                         breakdown = lockstep_breakdown(self.cost, shapes, step.dp_rank_sizes)
                     else:
