@@ -30,7 +30,8 @@ from vllm_twins import build, make_request, random_stream, runner_output  # noqa
 
 from prefillkit.integrations.vllm.scheduler import CacheAwareScheduler  # noqa: E402
 
-#: ``NAME@W``: the policy with ``PREFILLKIT_VLLM_WINDOW=W`` (the whole queue without).
+#: ``NAME@W``: the policy with ``PREFILLKIT_VLLM_WINDOW=W`` (the whole queue without);
+#: ``NAME+affinity``: with the affinity gate (``PREFILLKIT_VLLM_AFFINITY=1``).
 VARIANTS = (
     "stock",
     "fcfs",
@@ -40,6 +41,7 @@ VARIANTS = (
     "cost-aware",
     "lpm@64",
     "cost-aware@64",
+    "fcfs+affinity",
 )
 
 
@@ -48,9 +50,11 @@ def run(variant: str, n: int) -> tuple[list[float], int]:
     if variant == "stock":
         sched: Any = build(AsyncScheduler, max_num_seqs=16)
     else:
-        policy, _, window = variant.partition("@")
+        name, _, gate = variant.partition("+")
+        policy, _, window = name.partition("@")
         os.environ["PREFILLKIT_VLLM_POLICY"] = policy
         os.environ["PREFILLKIT_VLLM_WINDOW"] = window or "0"
+        os.environ["PREFILLKIT_VLLM_AFFINITY"] = "1" if gate == "affinity" else "0"
         sched = build(CacheAwareScheduler, max_num_seqs=16)
     stream = random_stream(1, n=n, steps=n // 4)
     times: list[float] = []

@@ -96,3 +96,33 @@ def test_every_policy_is_a_permutation() -> None:
     for policy in POLICIES:
         s = settings_from_env({"PREFILLKIT_VLLM_POLICY": policy})
         assert sorted(order_views(Q, s, 10.0, {"x": 1.0}, 16)) == [0, 1, 2, 3, 4]
+
+
+def g(i: int, cached: int, *, age: float = 0.0) -> CandidateView:
+    return CandidateView(i, f"r{i}", float(i), age, 1000, cached, 0)
+
+
+@pytest.mark.parametrize(
+    ("views", "defers", "want"),
+    [
+        ([g(0, 64), g(1, 0), g(2, 128), g(3, 10)], {}, [1, 3]),  # cold behind a warm lead
+        ([g(0, 0), g(1, 64), g(2, 0)], {}, []),  # a cold lead: everyone joins
+        ([g(0, 64), g(1, 0, age=5.0), g(2, 64)], {}, [1, 2]),  # T: stop, the rest waits
+        ([g(0, 64), g(1, 0), g(2, 64)], {"r1": 3}, [1, 2]),  # K: deferred 3 times: stop
+        ([], {}, []),
+    ],
+)
+def test_affinity_gate_table(
+    views: list[CandidateView], defers: dict[str, int], want: list[int]
+) -> None:
+    from prefillkit.integrations.vllm.order import affinity_gate
+    from prefillkit.sched.affinity import AffinityBounds
+
+    assert affinity_gate(views, defers, AffinityBounds()) == want
+
+
+def test_the_affinity_gate_setting() -> None:
+    s = settings_from_env({"PREFILLKIT_VLLM_AFFINITY": "1"})
+    assert s.affinity and s.active and s.policy == "fcfs"
+    with pytest.raises(SettingError, match=r"^PREFILLKIT_VLLM_AFFINITY:"):
+        settings_from_env({"PREFILLKIT_VLLM_AFFINITY": "yes"})

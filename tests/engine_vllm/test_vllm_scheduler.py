@@ -108,3 +108,46 @@ def test_views_and_the_pure_order_agree_on_a_hand_built_queue(
     out = s.schedule()
     assert s.prefillkit_last_order == ["hit", "cold"]
     assert [r.req_id for r in out.scheduled_new_reqs] == ["hit"]  # one slot
+
+
+def test_the_affinity_gate_withholds_cold_requests_behind_a_warm_lead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PREFILLKIT_VLLM_AFFINITY", "1")
+    s = build(CacheAwareScheduler)
+    s.prefillkit_clock = lambda: 1.0
+    shared = tuple(range(10, 10 + 160))
+    s.add_request(make_request(Spec("warmer", shared + (5,) * 8, 1, 0, 0.0)))
+    while s.get_num_unfinished_requests():
+        out = s.schedule()
+        s.update_from_output(out, runner_output(out))
+    for spec in (
+        Spec("warm1", shared + (6,) * 8, 1, 1, 0.1),
+        Spec("cold", tuple(range(500, 600)), 1, 1, 0.2),
+        Spec("warm2", shared + (7,) * 8, 1, 1, 0.3),
+    ):
+        s.add_request(make_request(spec))
+    out = s.schedule()
+    assert [r.req_id for r in out.scheduled_new_reqs] == ["warm1", "warm2"]
+    assert s.prefillkit_last_withheld == ["cold"]
+    assert [r.request_id for r in s.waiting] == ["cold"] and s._prefillkit_defers == {"cold": 1}
+    s.update_from_output(out, runner_output(out))
+    out = s.schedule()  # no warm request waits: the cold one leads its own step
+    assert [r.req_id for r in out.scheduled_new_reqs] == ["cold"]
+
+
+def test_the_affinity_gate_never_admits_a_withheld_request_and_starves_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PREFILLKIT_VLLM_AFFINITY", "1")
+    withheld_steps = 0
+    for seed in range(4):
+        s = build(CacheAwareScheduler, max_num_seqs=4)
+        clock = [0.0]
+        s.prefillkit_clock = lambda clock=clock: clock[0]
+        for _k, out in drive(s, random_stream(seed), clock=clock):  # finishes: none starves
+            new = {r.req_id for r in out.scheduled_new_reqs}
+            assert not new & set(s.prefillkit_last_withheld)
+            withheld_steps += bool(s.prefillkit_last_withheld)
+            s.prefillkit_last_withheld = []
+    assert withheld_steps > 0  # the gate acted in these streams

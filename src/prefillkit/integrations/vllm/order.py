@@ -14,6 +14,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from prefillkit.sched.affinity import (
+    AffinityBounds,
+    AffinityDecision,
+    BatchLead,
+    ReqClass,
+    classify,
+    decide,
+)
 from prefillkit.sched.config import SchedulerConfig
 from prefillkit.sched.policy_orders import (
     cost_aware_deadline,
@@ -26,7 +34,13 @@ from prefillkit.sched.policy_orders import (
 )
 from prefillkit.sched.policy_view import CandidateView, ServiceCost
 
-__all__ = ["POLICIES", "VllmPolicySettings", "order_views", "settings_from_env"]
+__all__ = [
+    "POLICIES",
+    "VllmPolicySettings",
+    "affinity_gate",
+    "order_views",
+    "settings_from_env",
+]
 
 #: ``fcfs`` is vLLM's own order: the class then changes nothing.
 POLICIES: tuple[str, ...] = (
@@ -53,7 +67,9 @@ class VllmPolicySettings:
     - ``max_wait_s`` (``PREFILLKIT_VLLM_MAX_WAIT_S``): lpm's and waiting-qos's wait bound
       (default 5 s, prefillkit's; -1: off);
     - ``lpm_aging_tokens_per_pass`` (``PREFILLKIT_VLLM_LPM_AGING_TOKENS``): lpm's aging
-      term (SGLang #31954; default 0).
+      term (SGLang #31954; default 0);
+    - ``affinity`` (``PREFILLKIT_VLLM_AFFINITY=1``): the warm/cold affinity gate (S4,
+      :func:`affinity_gate`) with prefillkit's default bounds.
 
     The other parameters are prefillkit's defaults (``SchedulerConfig``)."""
 
@@ -61,12 +77,13 @@ class VllmPolicySettings:
     window: int = 0
     max_wait_s: float | None = 5.0
     lpm_aging_tokens_per_pass: int = 0
+    affinity: bool = False
     zoo: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     @property
     def active(self) -> bool:
-        """Whether the class changes vLLM's order at all."""
-        return self.policy != "fcfs"
+        """Whether the class changes vLLM's order or gates it at all."""
+        return self.policy != "fcfs" or self.affinity
 
 
 def _number(env: Mapping[str, str], name: str, default: float, *, integer: bool) -> float:
@@ -100,7 +117,10 @@ def settings_from_env(env: Mapping[str, str]) -> VllmPolicySettings:
     aging = int(_number(env, "PREFILLKIT_VLLM_LPM_AGING_TOKENS", 0, integer=True))
     if aging < 0:
         raise SettingError(f"PREFILLKIT_VLLM_LPM_AGING_TOKENS: must be >= 0, got {aging}")
-    return VllmPolicySettings(policy, window, None if wait == -1 else wait, aging)
+    gate = env.get("PREFILLKIT_VLLM_AFFINITY", "0") or "0"
+    if gate not in ("0", "1"):
+        raise SettingError(f"PREFILLKIT_VLLM_AFFINITY: must be 0 or 1, got {gate!r}")
+    return VllmPolicySettings(policy, window, None if wait == -1 else wait, aging, gate == "1")
 
 
 def order_views(
@@ -138,6 +158,33 @@ def order_views(
             views, lambda v: cost_aware_deadline(v, svc.solo_seconds(v), slack, cap)
         )
     return [v.position for v in views]
+
+
+def affinity_gate(
+    views: Sequence[CandidateView], defers: Mapping[str, int], bounds: AffinityBounds
+) -> list[int]:
+    """S4 on vLLM's queue: the positions of ``views`` (in the order vLLM will scan them)
+    to withhold from this step. The first request leads; a cold one behind a warm lead
+    is skipped (``affinity.decide``, with the step's skips so far, its own ``defers`` and
+    its age), and a STOP withholds it and every request after it (the scan ends there;
+    it leads a later step). It assumes vLLM admits the requests it is not denied, in
+    order, which is what it does until a budget runs out (then it admits none of the
+    rest either). Pure."""
+    lead = BatchLead.EMPTY
+    skips = 0
+    out: list[int] = []
+    for i, v in enumerate(views):
+        cls = classify(v.device_tokens, v.host_tokens, bounds.warm_floor_tokens)
+        d = decide(cls, lead, skips, defers.get(v.rid, 0), v.age_s, bounds)
+        if d is AffinityDecision.SKIP:
+            out.append(v.position)
+            skips += 1
+        elif d is AffinityDecision.STOP:
+            out.extend(w.position for w in views[i:])
+            break
+        elif lead is BatchLead.EMPTY:
+            lead = BatchLead.WARM if cls is ReqClass.WARM else BatchLead.COLD
+    return out
 
 
 def renumber(views: Sequence[CandidateView]) -> list[CandidateView]:
