@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from prefillkit.request import SESSION, SessionTurn
 from prefillkit.sched.buffer import ReqShape
 from prefillkit.sched.scheduler import Scheduler
 from test_cli import assert_one_line_error, run_cli
@@ -88,11 +89,23 @@ def test_cost_aware_admits_a_request_past_its_deadline() -> None:
     assert rids(step.reqs) == ["light", "heavy"]
 
 
-def test_session_affinity_stamps_sessions_when_they_launch() -> None:
-    s = make_sched(1024, schedule_policy="session-affinity")
-    s.add_request(mk("a", seq(30, 8), 0.0))
-    s.schedule(3.0)
-    assert s.state.policy is not None and s.state.policy.last_scheduled == {}  # no session
+def test_session_affinity_promotes_a_recent_sessions_warm_continuation() -> None:
+    s = make_sched(4096, schedule_policy="session-affinity", max_running_requests=1)
+    shared = seq(30, 320)
+    first = mk("a0", [*shared, *seq(31, 8)], 0.0)
+    first.extra[SESSION] = SessionTurn("a", 0, 0.0, False)
+    s.add_request(first)
+    step = s.schedule(1.0)  # a0 runs alone (one slot) and stamps session a at 1 s
+    rt = s.state.policy
+    assert rt is not None and rt.last_scheduled == {"a": 1.0}
+    s.forward_done(step, 2.0)
+    s.finish(first, 2.0)  # its prompt is cached now
+    s.add_request(mk("x", seq(40, 64), 2.1))  # the FCFS head, another (no) session
+    nxt = mk("a1", [*shared, *seq(32, 8)], 2.2)
+    nxt.extra[SESSION] = SessionTurn("a", 1, 0.1, False)
+    s.add_request(nxt)
+    step = s.schedule(3.0)  # a1 is promoted over the head: 320 tokens cached, a recent
+    assert rids(step.reqs) == ["a1"]
 
 
 @pytest.mark.parametrize(
