@@ -43,6 +43,7 @@ __all__ = [
     "PRIORITY_POLICIES",
     "SCHEDULE_POLICIES",
     "WRITE_POLICIES",
+    "ZOO_POLICIES",
     "ConfigError",
     "SchedulerConfig",
     "field_flag",
@@ -53,19 +54,15 @@ class ConfigError(ValueError):
     """An impossible or malformed setting. The message is one line naming the flag/key."""
 
 
-SCHEDULE_POLICIES: tuple[str, ...] = (
-    "fcfs",
-    "lpm",
-    "dfs-weight",
-    "lof",
-    "random",
-    # The zoo (sched/policy_orders.py, sched/policy_admit.py; docs/policies.md).
+#: The policy zoo (sched/policy_orders.py, sched/policy_admit.py; docs/policies.md).
+ZOO_POLICIES: tuple[str, ...] = (
     "residual-sjf",
     "waiting-qos",
     "session-affinity",
     "loadback-aware",
     "cost-aware",
 )
+SCHEDULE_POLICIES: tuple[str, ...] = ("fcfs", "lpm", "dfs-weight", "lof", "random", *ZOO_POLICIES)
 AFFINITY_CLASSIFY: tuple[str, ...] = ("floor", "cost")
 PRIORITY_POLICIES: tuple[str, ...] = ("fcfs", "lof")
 

@@ -23,7 +23,7 @@ from prefillkit.sched.affinity import (
     classify,
 )
 from prefillkit.sched.buffer import ReqShape
-from prefillkit.sched.config import SchedulerConfig
+from prefillkit.sched.config import ZOO_POLICIES, SchedulerConfig
 from prefillkit.sched.matching import refresh_match
 from prefillkit.sched.policy import aged_prefix_len, in_batch_head_unit, lpm_match
 from prefillkit.sched.policy_admit import (
@@ -63,16 +63,10 @@ MAX_SKIPS_PER_PASS = 64
 
 
 def runtime_for(cfg: SchedulerConfig, cache: PrefixCache) -> PolicyRuntime | None:
-    """The zoo's runtime when ``cfg`` turns a zoo feature on, else None."""
-    aging = cfg.schedule_policy == "lpm" and cfg.lpm_aging_tokens_per_pass > 0
-    hold = cfg.enable_affinity and cfg.affinity_hold
-    by_cost = cfg.enable_affinity and cfg.affinity_classify == "cost"
-    if cfg.schedule_policy in ZOO_POLICIES or aging or hold or by_cost:
-        return PolicyRuntime(cfg, cache)
-    return None
-
-
-ZOO_POLICIES = ("residual-sjf", "waiting-qos", "session-affinity", "loadback-aware", "cost-aware")
+    """The zoo's runtime when ``cfg`` turns a zoo feature on (it orders or decides),
+    else None."""
+    rt = PolicyRuntime(cfg, cache)
+    return rt if rt.orders or rt.admits else None
 
 
 class PolicyRuntime:

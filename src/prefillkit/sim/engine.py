@@ -505,7 +505,7 @@ class Engine:
                     shapes = [
                         ReqShape(s.prefix_len, s.extend_len, s.loaded_tokens) for s in step.reqs
                     ]
-                    if self._vllm_style and self.colocated:
+                    if self._vllm_style:  # NOTE: validated colocated
                         riders = decode_shapes(*sched.decode_load())
                         if riders:
                             shapes += riders

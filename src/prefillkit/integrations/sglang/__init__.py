@@ -19,6 +19,8 @@ This file imports nothing from SGLang; the modules that do call :func:`require_s
 
 from __future__ import annotations
 
+from prefillkit.integrations import engine_installed
+
 TESTED_SGLANG_VERSIONS = ("0.5.23",)
 MISSING_EXTRA = (
     "prefillkit.integrations.sglang needs SGLang: pip install 'prefillkit[sglang]' "
@@ -31,12 +33,8 @@ class MissingExtraError(ImportError):
 
 
 def sglang_installed() -> bool:
-    """Whether SGLang's package is importable, without importing it. NOTE: a folder named
-    ``sglang`` on the path is found as a namespace package (no origin): that is not SGLang."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("sglang")
-    return spec is not None and spec.origin is not None
+    """Whether SGLang's package is importable, without importing it."""
+    return engine_installed("sglang")
 
 
 def require_sglang() -> str:

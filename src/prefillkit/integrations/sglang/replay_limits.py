@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 
 from prefillkit.cost.deployment import SimSettings
-from prefillkit.sched.policy_pass import ZOO_POLICIES
+from prefillkit.sched.config import ZOO_POLICIES
 
 __all__ = [
     "DEMO_HINT",

@@ -13,6 +13,8 @@ This file imports nothing from vLLM; ``scheduler.py`` calls :func:`require_vllm`
 
 from __future__ import annotations
 
+from prefillkit.integrations import engine_installed
+
 TESTED_VLLM_VERSIONS = ("0.34.0",)
 MISSING_EXTRA = (
     "prefillkit.integrations.vllm needs vLLM: pip install 'prefillkit[vllm]' "
@@ -25,12 +27,8 @@ class MissingExtraError(ImportError):
 
 
 def vllm_installed() -> bool:
-    """Whether vLLM's package is importable, without importing it. NOTE: a folder named
-    ``vllm`` on the path is a namespace package (no origin): that is not vLLM."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("vllm")
-    return spec is not None and spec.origin is not None
+    """Whether vLLM's package is importable, without importing it."""
+    return engine_installed("vllm")
 
 
 def require_vllm() -> str:
